@@ -15,6 +15,7 @@ require (
 	github.com/sourcegraph/jsonrpc2 v0.2.3 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/zeebo/blake3 v0.2.4 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	modernc.org/libc v1.79.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect

@@ -129,12 +129,12 @@ type LoadResult struct {
 
 // ListFilter selects checkpoints for List. Zero values mean "any".
 type ListFilter struct {
-	WorkflowID   string
-	Namespace    *string // nil: every namespace
-	Phase        Phase
-	Metadata     map[string]json.RawMessage // exact match on top-level keys
-	Before       string                     // checkpointId cursor
-	Limit        int
+	WorkflowID string
+	Namespace  *string // nil: every namespace
+	Phase      Phase
+	Metadata   map[string]json.RawMessage // exact match on top-level keys
+	Before     string                     // checkpointId cursor
+	Limit      int
 }
 
 // Retention is a workflow's automatic pruning policy. Zero fields are off (KeepLast 0: unlimited).

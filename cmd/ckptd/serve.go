@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/store"
+)
+
+// globalFlags are shared by every subcommand that opens the database.
+type globalFlags struct {
+	db         string
+	logLevel   string
+	durability string
+}
+
+func (g *globalFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.db, "db", "", "checkpoint database `path` (default $XDG_STATE_HOME/ckptd/ckptd.db, else ~/.local/state/ckptd/ckptd.db)")
+	fs.StringVar(&g.logLevel, "log-level", "info", "stderr log `level`: debug, info, warn, error")
+	fs.StringVar(&g.durability, "durability", "full", "`full`: synchronous=FULL, an acknowledged save survives power loss / OS crash;\nnormal: synchronous=NORMAL, faster, survives a ckptd crash but the last saves may be lost on power loss")
+}
+
+// dbPath resolves --db or the default location.
+func (g *globalFlags) dbPath(e *env) (string, error) {
+	if g.db != "" {
+		return g.db, nil
+	}
+	if x := e.getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "ckptd", "ckptd.db"), nil
+	}
+	home := e.getenv("HOME")
+	if home == "" {
+		return "", usageError{"no --db given and neither XDG_STATE_HOME nor HOME is set"}
+	}
+	return filepath.Join(home, ".local", "state", "ckptd", "ckptd.db"), nil
+}
+
+func (g *globalFlags) logger(e *env) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", g.logLevel)}
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func (g *globalFlags) validate() error {
+	switch g.durability {
+	case "full", "normal":
+		return nil
+	}
+	return usageError{fmt.Sprintf("--durability %q: want full or normal", g.durability)}
+}
+
+// parseSize reads "64MiB", "10MB", "1048576".
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a positive size (e.g. 64MiB)", s)
+	}
+	return n * mult, nil
+}
+
+func newFlagSet(e *env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("ckptd "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(e.stderr, usage)
+		fmt.Fprintln(e.stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and maps flag errors to usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+const serveUsage = `usage: ckptd [serve] [flags]
+
+Runs the checkpoint sidecar: JSON-RPC 2.0 on stdin/stdout (Content-Length framing,
+see docs/protocol.md), logs on stderr. Exits 0 on stdin EOF, "shutdown", SIGTERM or SIGINT
+once every acknowledged save is on disk.
+
+example:
+  ckptd --db ./agent.db --durability full --keep-last 20
+`
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(e, "serve", serveUsage)
+	g.register(fs)
+	keepLast := fs.Int("keep-last", 10, "default retention: keep the newest `n` checkpoints per workflow and namespace (0 = unlimited)")
+	maxState := fs.String("max-state-size", "64MiB", "largest accepted state (`size`, e.g. 64MiB)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if err := g.validate(); err != nil {
+		return err
+	}
+	if *keepLast < 0 {
+		return usageError{"--keep-last must be >= 0"}
+	}
+	maxBytes, err := parseSize(*maxState)
+	if err != nil {
+		return usageError{"--max-state-size: " + err.Error()}
+	}
+	log, err := g.logger(e)
+	if err != nil {
+		return err
+	}
+	path, err := g.dbPath(e)
+	if err != nil {
+		return err
+	}
+	retention := store.Retention{KeepLast: *keepLast}
+	st, err := store.Open(ctx, store.Options{
+		Path:             path,
+		Durability:       g.durability,
+		DefaultRetention: retention,
+		MaxStateBytes:    maxBytes,
+		Logger:           log,
+	})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	log.Info("serving", "db", path, "durability", g.durability, "version", version)
+	srv := rpc.New(st, rpc.Options{
+		Version:          version,
+		Durability:       g.durability,
+		MaxStateBytes:    maxBytes,
+		DefaultRetention: retention,
+		Logger:           log,
+	})
+	serveErr := srv.Serve(ctx, e.stdin, e.stdout)
+	if err := st.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	log.Info("stopped cleanly")
+	return serveErr
+}

@@ -1,0 +1,423 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+const (
+	maxWorkflowIDBytes   = 512
+	maxCheckpointIDBytes = 256
+	maxListLimit         = 10000
+	defaultListLimit     = 100
+)
+
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+}
+
+func requireID(field, v string, max int) *jsonrpc2.Error {
+	switch {
+	case v == "":
+		return invalidParams(field, "required")
+	case len(v) > max:
+		return invalidParams(field, fmt.Sprintf("longer than %d bytes", max))
+	case !utf8.ValidString(v):
+		return invalidParams(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+// jsonKind returns the first byte of a JSON value (or 0 for absent/null).
+func jsonKind(raw json.RawMessage) byte {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return 0
+	}
+	return raw[0]
+}
+
+// optionalJSON checks an optional JSON param has the wanted shape ('[' array, '{' object).
+func optionalJSON(field string, raw json.RawMessage, want byte) (json.RawMessage, *jsonrpc2.Error) {
+	switch jsonKind(raw) {
+	case 0:
+		return nil, nil
+	case want:
+		return raw, nil
+	}
+	if want == '[' {
+		return nil, invalidParams(field, "must be an array")
+	}
+	return nil, invalidParams(field, "must be an object")
+}
+
+// saveRequest validates checkpoint/save params and the frame's attachment.
+func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
+	var p SaveParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return store.SaveRequest{}, err
+	}
+	if p.WorkflowID == nil {
+		return store.SaveRequest{}, invalidParams("workflowId", "required")
+	}
+	if err := requireID("workflowId", *p.WorkflowID, maxWorkflowIDBytes); err != nil {
+		return store.SaveRequest{}, err
+	}
+	req := store.SaveRequest{
+		WorkflowID:   *p.WorkflowID,
+		Namespace:    p.Namespace,
+		CheckpointID: p.CheckpointID,
+		ParentID:     p.ParentID,
+		Phase:        store.Phase(p.Phase),
+		StepName:     p.StepName,
+		WorkflowHash: p.WorkflowHash,
+	}
+	if p.CheckpointID != "" {
+		if err := requireID("checkpointId", p.CheckpointID, maxCheckpointIDBytes); err != nil {
+			return req, err
+		}
+	}
+	if req.Phase == "" {
+		req.Phase = store.PhaseCompleted
+	}
+	if !req.Phase.Valid() {
+		return req, invalidParams("phase", fmt.Sprintf("%q is not one of before_step, completed, failed, interrupted", p.Phase))
+	}
+	if p.Step != nil {
+		if *p.Step < 0 {
+			return req, invalidParams("step", "must be >= 0")
+		}
+		req.Step = *p.Step
+	}
+	if p.Error != nil {
+		req.Error = &store.StepError{Message: p.Error.Message, Retryable: p.Error.Retryable}
+	}
+	var err *jsonrpc2.Error
+	if req.CompletedTasks, err = optionalJSON("completedTasks", p.CompletedTasks, '['); err != nil {
+		return req, err
+	}
+	if req.PendingTasks, err = optionalJSON("pendingTasks", p.PendingTasks, '['); err != nil {
+		return req, err
+	}
+	if req.Metadata, err = optionalJSON("metadata", p.Metadata, '{'); err != nil {
+		return req, err
+	}
+
+	sources := 0
+	if p.State != nil {
+		sources++
+	}
+	if p.StateBase64 != nil {
+		sources++
+	}
+	if p.StateAttachment {
+		sources++
+	}
+	if sources > 1 {
+		return req, invalidParams("state", "give only one of state, stateBase64, stateAttachment")
+	}
+	if c.hasAttachment && !p.StateAttachment {
+		return req, invalidParams("stateAttachment", "the frame carries an attachment but stateAttachment is not true")
+	}
+	switch {
+	case p.StateAttachment:
+		if !c.hasAttachment {
+			return req, invalidParams("stateAttachment", "true, but the frame has no Ckptd-Attachment-Length attachment")
+		}
+		req.State = c.attachment
+		switch p.StateType {
+		case "", "json":
+			req.StateType = store.StateJSON
+			if !json.Valid(req.State) {
+				return req, invalidParams("stateType", "is json but the attachment is not valid UTF-8 JSON")
+			}
+		case "bytes":
+			req.StateType = store.StateBytes
+		default:
+			return req, invalidParams("stateType", fmt.Sprintf("%q is not json or bytes", p.StateType))
+		}
+	case p.State != nil:
+		req.State, req.StateType = p.State, store.StateJSON
+	case p.StateBase64 != nil:
+		b, derr := base64.StdEncoding.DecodeString(*p.StateBase64)
+		if derr != nil {
+			return req, invalidParams("stateBase64", "not valid standard base64: "+derr.Error())
+		}
+		req.State, req.StateType = b, store.StateBytes
+	default:
+		req.StateType = store.StateNone
+	}
+	if int64(len(req.State)) > s.opts.MaxStateBytes {
+		return req, rpcError(CodeTooLarge, fmt.Sprintf("state too large: %d bytes, limit %d (--max-state-size)", len(req.State), s.opts.MaxStateBytes),
+			map[string]int64{"limit": s.opts.MaxStateBytes, "size": int64(len(req.State))})
+	}
+	return req, nil
+}
+
+func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	start := time.Now()
+	req, perr := s.saveRequest(c)
+	if perr != nil {
+		s.metrics.failures.Add(1)
+		return reply{}, perr
+	}
+	pending := s.store.Enqueue(req)
+	c.release() // queued in order: the next mutation may go ahead
+	res, err := pending.Wait(ctx)
+	if err != nil {
+		s.metrics.failures.Add(1)
+		return reply{}, storeError(err)
+	}
+	s.metrics.saves.Add(1)
+	s.metrics.bytesIn.Add(int64(len(req.State)))
+	if res.Deduplicated {
+		s.metrics.dedup.Add(1)
+	}
+	s.metrics.save.observe(time.Since(start))
+	if !res.Existing {
+		s.notify(NotifySaved, SavedEvent{
+			CheckpointID: res.CheckpointID, WorkflowID: req.WorkflowID, Namespace: req.Namespace,
+			Seq: res.Seq, Phase: string(req.Phase), Step: req.Step,
+		})
+	}
+	return reply{result: SaveResult{
+		CheckpointID: res.CheckpointID,
+		Seq:          res.Seq,
+		CreatedAt:    timestamp(res.CreatedAt),
+		SizeBytes:    res.SizeBytes,
+		StoredBytes:  res.StoredBytes,
+		SHA256:       res.SHA256,
+		Deduplicated: res.Deduplicated,
+	}}, nil
+}
+
+func summary(sm store.Summary) Summary {
+	out := Summary{
+		CheckpointID:       sm.CheckpointID,
+		WorkflowID:         sm.WorkflowID,
+		Namespace:          sm.Namespace,
+		Seq:                sm.Seq,
+		Phase:              string(sm.Phase),
+		Step:               sm.Step,
+		StepName:           sm.StepName,
+		WorkflowHash:       sm.WorkflowHash,
+		Metadata:           sm.Metadata,
+		CreatedAt:          timestamp(sm.CreatedAt),
+		StateType:          string(sm.StateType),
+		SizeBytes:          sm.SizeBytes,
+		StoredBytes:        sm.StoredBytes,
+		SHA256:             sm.SHA256,
+		CompletedTaskCount: sm.CompletedTaskCount,
+		PendingTaskCount:   sm.PendingTaskCount,
+	}
+	if sm.ParentID != "" {
+		p := sm.ParentID
+		out.ParentID = &p
+	}
+	if sm.Error != nil {
+		out.Error = &StepError{Message: sm.Error.Message, Retryable: sm.Error.Retryable}
+	}
+	if len(out.Metadata) == 0 {
+		out.Metadata = json.RawMessage("{}")
+	}
+	return out
+}
+
+// stateReply puts a state into a reply: as the frame attachment, inline JSON, or base64.
+func stateReply(r *reply, typ store.StateType, state []byte, attach bool) (b64 *string, attached bool) {
+	if typ == store.StateNone || typ == "" {
+		r.rawFields = append(r.rawFields, rawField{"state", nil})
+		return nil, false
+	}
+	if attach {
+		r.attachment, r.hasAttachment = state, true
+		if state == nil {
+			r.attachment = []byte{}
+		}
+		return nil, true
+	}
+	if typ == store.StateJSON {
+		r.rawFields = append(r.rawFields, rawField{"state", state})
+		return nil, false
+	}
+	enc := base64.StdEncoding.EncodeToString(state)
+	return &enc, false
+}
+
+func orEmptyArray(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("[]")
+	}
+	return raw
+}
+
+func pendingWrites(ws []store.Write) []PendingWrite {
+	out := make([]PendingWrite, 0, len(ws))
+	for _, w := range ws {
+		pw := PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
+		if w.IsBytes {
+			enc := base64.StdEncoding.EncodeToString(w.Value)
+			pw.ValueBase64 = &enc
+		} else {
+			pw.Value = w.Value
+			if len(pw.Value) == 0 {
+				pw.Value = json.RawMessage("null")
+			}
+		}
+		out = append(out, pw)
+	}
+	return out
+}
+
+func (s *Server) reportCorrupt(workflowID string, ce *store.CorruptError) {
+	s.metrics.integrity.Add(1)
+	s.log.Error("corrupt checkpoint", "workflow", workflowID, "checkpoint", ce.CheckpointID, "reason", ce.Reason)
+	s.notify(NotifyCorrupted, CorruptedEvent{CheckpointID: ce.CheckpointID, WorkflowID: workflowID, Reason: ce.Reason})
+}
+
+func recovered(rs []store.Recovery) []Recovered {
+	var out []Recovered
+	for _, r := range rs {
+		out = append(out, Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason})
+	}
+	return out
+}
+
+func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	start := time.Now()
+	var p LoadParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	var (
+		lr  store.LoadResult
+		err error
+	)
+	switch {
+	case p.CheckpointID != "" && p.WorkflowID != "":
+		return reply{}, invalidParams("checkpointId", "give either checkpointId or workflowId, not both")
+	case p.CheckpointID != "":
+		lr.Checkpoint, err = s.store.Load(ctx, p.CheckpointID)
+	case p.WorkflowID != "":
+		lr, err = s.store.LoadLatest(ctx, p.WorkflowID, p.Namespace)
+	default:
+		return reply{}, invalidParams("checkpointId", "required (or workflowId)")
+	}
+	if err != nil {
+		var ce *store.CorruptError
+		if errors.As(err, &ce) {
+			s.reportCorrupt(p.WorkflowID, ce)
+		}
+		s.metrics.failures.Add(1)
+		return reply{}, storeError(err)
+	}
+	for _, r := range lr.RecoveredFrom {
+		s.reportCorrupt(lr.WorkflowID, &store.CorruptError{CheckpointID: r.CheckpointID, Reason: r.Reason})
+	}
+	var r reply
+	res := LoadResult{
+		Summary:        summary(lr.Summary),
+		CompletedTasks: orEmptyArray(lr.CompletedTasks),
+		PendingTasks:   orEmptyArray(lr.PendingTasks),
+		PendingWrites:  pendingWrites(lr.PendingWrites),
+		RecoveredFrom:  recovered(lr.RecoveredFrom),
+	}
+	res.StateBase64, res.StateAttachment = stateReply(&r, lr.StateType, lr.State, p.Attachment)
+	r.result = res
+	s.metrics.loads.Add(1)
+	s.metrics.bytesOut.Add(int64(len(lr.State)))
+	s.metrics.load.observe(time.Since(start))
+	return r, nil
+}
+
+func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p ListParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	f := store.ListFilter{WorkflowID: p.WorkflowID, Namespace: p.Namespace, Phase: store.Phase(p.Phase), Metadata: p.Metadata, Before: p.Before, Limit: defaultListLimit}
+	if p.Phase != "" && !f.Phase.Valid() {
+		return reply{}, invalidParams("phase", fmt.Sprintf("%q is not one of before_step, completed, failed, interrupted", p.Phase))
+	}
+	if p.Limit != nil {
+		if *p.Limit < 1 || *p.Limit > maxListLimit {
+			return reply{}, invalidParams("limit", fmt.Sprintf("must be between 1 and %d", maxListLimit))
+		}
+		f.Limit = *p.Limit
+	}
+	sums, err := s.store.List(ctx, f)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	out := ListResult{Checkpoints: make([]Summary, 0, len(sums))}
+	for _, sm := range sums {
+		out.Checkpoints = append(out.Checkpoints, summary(sm))
+	}
+	return reply{result: out}, nil
+}
+
+func (s *Server) delete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p DeleteParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	var (
+		n   int
+		err error
+	)
+	switch {
+	case p.CheckpointID != "" && p.WorkflowID != "":
+		return reply{}, invalidParams("checkpointId", "give either checkpointId or workflowId, not both")
+	case p.CheckpointID != "":
+		n, err = s.store.Delete(ctx, p.CheckpointID)
+	case p.WorkflowID != "":
+		n, err = s.store.DeleteWorkflow(ctx, p.WorkflowID)
+	default:
+		return reply{}, invalidParams("checkpointId", "required (or workflowId)")
+	}
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: DeleteResult{Deleted: n}}, nil
+}
+
+func (s *Server) prune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p PruneParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	req := store.PruneRequest{WorkflowID: p.WorkflowID, DryRun: p.DryRun}
+	if p.KeepLast == nil && p.OlderThanSeconds == nil {
+		return reply{}, invalidParams("keepLast", "give keepLast and/or olderThanSeconds")
+	}
+	if p.KeepLast != nil {
+		if *p.KeepLast < 1 {
+			return reply{}, invalidParams("keepLast", "must be >= 1 (the newest checkpoint is always kept)")
+		}
+		req.KeepLast = *p.KeepLast
+	}
+	if p.OlderThanSeconds != nil {
+		if *p.OlderThanSeconds < 1 {
+			return reply{}, invalidParams("olderThanSeconds", "must be >= 1")
+		}
+		req.OlderThanSeconds = *p.OlderThanSeconds
+	}
+	res, err := s.store.Prune(ctx, req)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: PruneResult{Deleted: res.Deleted, FreedBytes: res.FreedBytes, DryRun: p.DryRun}}, nil
+}

@@ -1,0 +1,769 @@
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/ckptd/ckptd/framing"
+)
+
+// Codec is the jsonrpc2.ObjectCodec of ckptd's stdio protocol (docs/protocol.md): frames are
+// read and written by package framing (Content-Length + Ckptd-Attachment-Length), and the
+// JSON-RPC envelope is parsed here rather than by jsonrpc2, because jsonrpc2 would
+//
+//   - close the connection without a reply on a bad frame, malformed JSON or a batch;
+//   - decode params into map[string]interface{} and re-marshal them (slow for big states, and
+//     it reorders keys and HTML-escapes, breaking "state is stored byte-for-byte as sent");
+//   - mangle ids (negative numbers wrap into uint64, fractions fail).
+//
+// How it works: ReadObject reads a frame, splits the envelope itself (params stay a sub-slice
+// of the frame body, never re-encoded) and hands jsonrpc2 a tiny synthetic request
+//
+//	{"jsonrpc":"2.0","id":"ckptd:N","method":<method as sent>,"meta":"ckptd:N"}
+//
+// (no "id" for a notification). The token "ckptd:N" keys a side table holding the real raw id,
+// the raw params and the attachment. Handlers call Take(req) to get them; WriteObject turns a
+// Response for a token id back into one carrying the original id bytes (and the attachment
+// registered with AttachToReply), then forgets the token. Handlers must therefore call Take for
+// every request and notification they receive (it removes notifications; responses remove
+// requests), and answer every request (protocol errors included) exactly once.
+//
+// Protocol errors never end the connection: ReadObject delivers them as a request for the
+// internal method "$/ckptd/protocolError" whose Incoming.ProtocolError is the error to answer
+// with conn.ReplyWithError(ctx, req.ID, in.ProtocolError); Incoming.RawID is the id that reply
+// will carry (the request's own id when it was valid, else null). Only the end of the input
+// (io.EOF, io.ErrUnexpectedEOF) or a read error is returned by ReadObject.
+//
+// Error mapping (see docs/protocol.md, "Bad frames never kill the connection"):
+//
+//	*framing.HeaderError                        -32700 "parse error: <reason>"           id null
+//	invalid JSON, invalid UTF-8, nesting > 10000 -32700 "parse error: ..."                 id null
+//	top-level array                              -32600 "batch requests are not supported" id null
+//	not an object                                -32600 "invalid request: ..."             id null
+//	id not a string / integer in [0, 2^53]       -32600 "invalid request: id ..."          id null
+//	duplicate envelope member                    -32600 "invalid request: duplicate ..."   id echoed if valid
+//	jsonrpc != "2.0", method missing/not string  -32600 "invalid request: ..."             id echoed if valid
+//	method "$/ckptd/protocolError" from client   -32601 "method not found: ..."            id echoed
+//	*framing.TooLargeError                       -32004 data {limit, size, field}          id echoed if found
+//	a response (result/error, no method)         logged and skipped (ckptd never calls the client)
+//
+// All -32700/-32600 errors carry data {reason}.
+type Codec struct {
+	lim framing.Limits
+	log *slog.Logger
+
+	// Read side: used only by the connection's read loop.
+	src *bufio.Reader
+	fr  *framing.Reader
+
+	seq atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[string]*pendingMsg
+
+	wmu  sync.Mutex
+	wbuf []byte
+}
+
+// Incoming is what a request or notification carried besides its method.
+type Incoming struct {
+	// Params is the raw "params" value exactly as sent (a sub-slice of the frame body, never
+	// re-encoded); nil when the request had no params.
+	Params json.RawMessage
+	// Attachment is the frame's Ckptd-Attachment-Length payload; HasAttachment tells a frame
+	// without the header from an empty attachment.
+	Attachment    []byte
+	HasAttachment bool
+	// RawID is the request id exactly as sent; nil for a notification, `null` for a protocol
+	// error whose id could not be determined.
+	RawID json.RawMessage
+	// ProtocolError is set for requests of the internal method $/ckptd/protocolError only: the
+	// error to answer with.
+	ProtocolError *jsonrpc2.Error
+}
+
+// pendingMsg is a side-table entry.
+type pendingMsg struct {
+	in       Incoming
+	notif    bool
+	taken    bool
+	reply    []byte
+	hasReply bool
+}
+
+const (
+	// protocolErrorMethod is the internal method protocol errors are delivered as.
+	protocolErrorMethod = "$/ckptd/protocolError"
+	// tokenPrefix starts every id and meta the codec hands to jsonrpc2.
+	tokenPrefix = "ckptd:"
+
+	codeTooLarge = -32004
+
+	// maxID is the largest numeric id accepted (2^53, the largest integer every JSON
+	// implementation represents exactly).
+	maxID = 1 << 53
+)
+
+// NewCodec returns a Codec that enforces lim on incoming frames and logs to log (nil: nowhere).
+func NewCodec(lim framing.Limits, log *slog.Logger) *Codec {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Codec{lim: lim, log: log, pending: map[string]*pendingMsg{}}
+}
+
+// Pending returns how many tokens are in the side table (requests not yet answered,
+// notifications not yet taken). For tests and diagnostics.
+func (c *Codec) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// Take returns what req carried besides its method. It works once per request: later calls,
+// and calls for a request that did not come from this codec, return false. For a notification
+// Take also forgets the token; for a request the token lives until its response is written.
+func (c *Codec) Take(req *jsonrpc2.Request) (Incoming, bool) {
+	tok, ok := tokenOf(req)
+	if !ok {
+		return Incoming{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[tok]
+	if p == nil || p.taken {
+		return Incoming{}, false
+	}
+	in := p.in
+	if p.notif {
+		delete(c.pending, tok)
+	} else {
+		p.taken = true
+		p.in = Incoming{RawID: in.RawID} // drop params and attachment: the handler has them
+	}
+	return in, true
+}
+
+// AttachToReply makes the response written next for id carry data as its attachment
+// (Ckptd-Attachment-Length, even when data is empty). id must be the ID of a request from this
+// codec that is not answered yet; otherwise the call is ignored.
+func (c *Codec) AttachToReply(id jsonrpc2.ID, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[id.Str]
+	if !id.IsString || p == nil || p.notif {
+		c.log.Debug("attachment for an unknown request dropped", "id", id.String())
+		return
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	p.reply, p.hasReply = data, true
+}
+
+func tokenOf(req *jsonrpc2.Request) (string, bool) {
+	if req == nil || req.Meta == nil {
+		return "", false
+	}
+	var tok string
+	if err := json.Unmarshal(*req.Meta, &tok); err != nil || !strings.HasPrefix(tok, tokenPrefix) {
+		return "", false
+	}
+	return tok, true
+}
+
+// ReadObject implements jsonrpc2.ObjectCodec. It returns an error only when the input ends or
+// fails; everything else becomes a request (see Codec).
+func (c *Codec) ReadObject(stream *bufio.Reader, v interface{}) error {
+	if c.fr == nil || c.src != stream {
+		c.src, c.fr = stream, framing.NewReader(stream, c.lim)
+	}
+	for {
+		f, err := c.fr.Next()
+		var (
+			he *framing.HeaderError
+			tl *framing.TooLargeError
+			m  *message
+		)
+		switch {
+		case err == nil:
+			m = c.parse(f)
+		case errors.As(err, &he):
+			m = protocolError(nil, jsonrpc2.CodeParseError, "parse error: "+he.Reason, map[string]string{"reason": he.Reason})
+		case errors.As(err, &tl):
+			m = c.tooLarge(f, tl)
+		default:
+			return err // io.EOF, io.ErrUnexpectedEOF, or the input failed
+		}
+		if m == nil {
+			continue // skipped (logged)
+		}
+		if m.in.ProtocolError != nil {
+			c.log.Debug("protocol error", "code", m.in.ProtocolError.Code, "error", m.in.ProtocolError.Message, "id", string(m.in.RawID))
+		}
+		if err := c.deliver(m, v); err != nil {
+			// Cannot happen with the synthetic bodies deliver builds; never end the
+			// connection for it.
+			c.log.Error("codec: cannot hand a request to jsonrpc2", "error", err)
+			continue
+		}
+		return nil
+	}
+}
+
+// message is a parsed frame on its way to jsonrpc2.
+type message struct {
+	method []byte // JSON string
+	notif  bool
+	in     Incoming
+}
+
+var (
+	jsonNull          = json.RawMessage("null")
+	protocolErrMethod = []byte(strconv.Quote(protocolErrorMethod))
+)
+
+func protocolError(rawID json.RawMessage, code int64, msg string, data any) *message {
+	if rawID == nil {
+		rawID = jsonNull
+	}
+	e := &jsonrpc2.Error{Code: code, Message: msg}
+	if data != nil {
+		e.SetError(data)
+	}
+	return &message{method: protocolErrMethod, in: Incoming{RawID: rawID, ProtocolError: e}}
+}
+
+func invalidRequest(rawID json.RawMessage, reason string) *message {
+	return protocolError(rawID, jsonrpc2.CodeInvalidRequest, "invalid request: "+reason, map[string]string{"reason": reason})
+}
+
+// deliver registers m under a fresh token and decodes the synthetic request into v.
+func (c *Codec) deliver(m *message, v any) error {
+	tok := tokenPrefix + strconv.FormatUint(c.seq.Add(1), 10)
+	c.mu.Lock()
+	c.pending[tok] = &pendingMsg{in: m.in, notif: m.notif}
+	c.mu.Unlock()
+
+	b := make([]byte, 0, 64+2*len(tok)+len(m.method))
+	b = append(b, `{"jsonrpc":"2.0",`...)
+	if !m.notif {
+		b = append(b, `"id":"`...)
+		b = append(b, tok...)
+		b = append(b, `",`...)
+	}
+	b = append(b, `"method":`...)
+	b = append(b, m.method...)
+	b = append(b, `,"meta":"`...)
+	b = append(b, tok...)
+	b = append(b, `"}`...)
+	if err := json.Unmarshal(b, v); err != nil {
+		c.mu.Lock()
+		delete(c.pending, tok)
+		c.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// parse validates a frame body as a JSON-RPC 2.0 request. It returns nil for a message to skip.
+func (c *Codec) parse(f framing.Frame) *message {
+	env, m := checkEnvelope(f.Body)
+	if m != nil {
+		return m
+	}
+	if env.isResponse() {
+		c.log.Debug("ignoring a response from the client (ckptd sends no requests)", "id", string(env.id))
+		return nil
+	}
+	if isString(env.method, protocolErrorMethod) { // compared decoded: "\u0024/ckptd/..." too
+		if !env.hasID {
+			c.log.Debug("ignoring a notification for an internal method", "method", protocolErrorMethod)
+			return nil
+		}
+		return protocolError(env.id, jsonrpc2.CodeMethodNotFound, "method not found: "+protocolErrorMethod,
+			map[string]string{"method": protocolErrorMethod})
+	}
+	m = &message{method: env.method, notif: !env.hasID, in: Incoming{
+		Attachment:    f.Attachment,
+		HasAttachment: f.HasAttachment,
+		RawID:         env.id,
+	}}
+	if env.hasParams {
+		m.in.Params = env.params
+	}
+	return m
+}
+
+// checkEnvelope parses body. It returns a protocol error message, or the envelope of a valid
+// request, notification or response.
+func checkEnvelope(body []byte) (*envelope, *message) {
+	if !utf8.Valid(body) {
+		return nil, protocolError(nil, jsonrpc2.CodeParseError, "parse error: body is not valid UTF-8",
+			map[string]string{"reason": "body is not valid UTF-8"})
+	}
+	if !json.Valid(body) {
+		// Only on this path: let encoding/json say what is wrong. Its scanner is iterative
+		// and rejects nesting deeper than 10000, so deep input cannot exhaust the stack.
+		reason := "invalid JSON"
+		if err := json.Unmarshal(body, new(json.RawMessage)); err != nil {
+			reason = "invalid JSON: " + err.Error()
+		}
+		return nil, protocolError(nil, jsonrpc2.CodeParseError, "parse error: "+reason, map[string]string{"reason": reason})
+	}
+	switch first := body[skipWS(body, 0)]; first {
+	case '{':
+	case '[':
+		const reason = "batch requests are not supported"
+		return nil, protocolError(nil, jsonrpc2.CodeInvalidRequest, reason, map[string]string{"reason": reason})
+	default:
+		return nil, invalidRequest(nil, "not a JSON object")
+	}
+	env := new(envelope)
+	if complete, err := env.scan(body); !complete || err != nil {
+		// Cannot happen for valid JSON; be safe anyway.
+		return nil, invalidRequest(nil, "not a JSON object")
+	}
+	var id json.RawMessage
+	if env.hasID && validID(env.id) && env.dup != "id" {
+		id = env.id
+	}
+	switch {
+	case env.isResponse():
+		return env, nil
+	case env.dup != "":
+		return nil, invalidRequest(id, fmt.Sprintf("duplicate member %q", env.dup))
+	case env.hasID && id == nil:
+		return nil, invalidRequest(nil, "id must be a string or an integer in [0, 2^53]")
+	case !env.hasJSONRPC:
+		return nil, invalidRequest(id, `jsonrpc: required, must be "2.0"`)
+	case !isString(env.jsonrpc, "2.0"):
+		return nil, invalidRequest(id, `jsonrpc: must be "2.0"`)
+	case !env.hasMethod:
+		return nil, invalidRequest(id, "method: required")
+	case env.method[0] != '"':
+		return nil, invalidRequest(id, "method: must be a string")
+	}
+	return env, nil
+}
+
+// tooLarge answers a frame over the limits. For an oversized attachment the body is known and
+// parsed; for an oversized body the id is looked for in its first bytes.
+func (c *Codec) tooLarge(f framing.Frame, tl *framing.TooLargeError) *message {
+	what := "frame body"
+	if tl.Field == "attachment" {
+		what = "attachment"
+	}
+	msg := fmt.Sprintf("too large: %s of %d bytes exceeds the limit of %d bytes", what, tl.Size, tl.Limit)
+	data := map[string]any{"limit": tl.Limit, "size": tl.Size, "field": tl.Field}
+	var id json.RawMessage
+	if tl.Field == "attachment" {
+		env, m := checkEnvelope(f.Body)
+		switch {
+		case m != nil:
+			id = m.in.RawID
+		case env.isResponse():
+			c.log.Debug("ignoring a response from the client with an oversized attachment")
+			return nil
+		case !env.hasID:
+			c.log.Warn("notification dropped: attachment too large", "size", tl.Size, "limit", tl.Limit)
+			return nil
+		default:
+			id = env.id
+		}
+	} else {
+		// Best effort: clients usually put "id" before "params".
+		env := new(envelope)
+		_, _ = env.scan(tl.Prefix)
+		if env.hasID && env.dup != "id" && validID(env.id) {
+			id = env.id
+		}
+	}
+	return protocolError(id, codeTooLarge, msg, data)
+}
+
+// validID reports whether raw is an id the protocol accepts: a JSON string, or an integer
+// literal in [0, 2^53]. It is safe on unvalidated bytes.
+func validID(raw []byte) bool {
+	if len(raw) == 0 {
+		return false
+	}
+	if raw[0] == '"' {
+		return utf8.Valid(raw) && json.Valid(raw)
+	}
+	if len(raw) > 16 || (raw[0] == '0' && len(raw) > 1) {
+		return false
+	}
+	var n uint64
+	for _, ch := range raw {
+		if ch < '0' || ch > '9' {
+			return false
+		}
+		n = n*10 + uint64(ch-'0')
+	}
+	return n <= maxID
+}
+
+// isString reports whether the JSON value raw is the string s.
+func isString(raw []byte, s string) bool {
+	var got string
+	return len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &got) == nil && got == s
+}
+
+// --- writing ---
+
+// WriteObject implements jsonrpc2.ObjectCodec. Every message is built in one buffer and written
+// with one Write. A response to a request from this codec goes out with the request's original
+// id bytes and the attachment registered by AttachToReply; its result is written verbatim (it
+// must be valid JSON: otherwise an internal error is sent instead).
+func (c *Codec) WriteObject(stream io.Writer, obj interface{}) error {
+	req, resp := unwrapMessage(obj)
+	switch {
+	case resp != nil:
+		var errJSON []byte
+		result := jsonNull
+		if resp.Error != nil {
+			b, err := json.Marshal(resp.Error)
+			if err != nil {
+				return err
+			}
+			errJSON = b
+		} else if resp.Result != nil && len(*resp.Result) > 0 {
+			result = *resp.Result
+		}
+		return c.writeResponse(stream, resp.ID, result, errJSON)
+	case req != nil:
+		b, err := json.Marshal(req)
+		if err != nil {
+			return err
+		}
+		return c.writeFrame(stream, [][]byte{b}, nil, false)
+	}
+	// An unknown message type (a future jsonrpc2 layout): marshal it as jsonrpc2 would, and
+	// still restore the id of a response to one of our requests.
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	env := new(envelope)
+	if complete, err := env.scan(b); complete && err == nil && env.isResponse() && env.hasID {
+		var tok string
+		if json.Unmarshal(env.id, &tok) == nil && strings.HasPrefix(tok, tokenPrefix) {
+			result := jsonNull
+			if env.hasResult {
+				result = env.result
+			}
+			var errJSON []byte
+			if env.hasError && !bytes.Equal(env.err, jsonNull) {
+				errJSON = env.err
+			}
+			return c.writeResponse(stream, jsonrpc2.ID{Str: tok, IsString: true}, result, errJSON)
+		}
+	}
+	return c.writeFrame(stream, [][]byte{b}, nil, false)
+}
+
+// writeResponse writes {"jsonrpc":"2.0","id":...,"result"|"error":...}.
+func (c *Codec) writeResponse(stream io.Writer, id jsonrpc2.ID, result, errJSON []byte) error {
+	var (
+		rawID  []byte
+		att    []byte
+		hasAtt bool
+	)
+	if id.IsString && strings.HasPrefix(id.Str, tokenPrefix) {
+		c.mu.Lock()
+		p := c.pending[id.Str]
+		if p != nil && !p.notif {
+			delete(c.pending, id.Str)
+		}
+		c.mu.Unlock()
+		if p == nil || p.notif {
+			return fmt.Errorf("rpc: response for a request that is unknown or already answered (%s)", id.Str)
+		}
+		rawID, att, hasAtt = p.in.RawID, p.reply, p.hasReply
+		if rawID == nil {
+			rawID = jsonNull
+		}
+	} else {
+		b, err := json.Marshal(id)
+		if err != nil {
+			return err
+		}
+		rawID = b
+	}
+	if errJSON == nil && !json.Valid(result) {
+		c.log.Error("codec: handler produced a result that is not valid JSON; sending an internal error instead", "id", string(rawID))
+		errJSON = []byte(`{"code":-32603,"message":"internal error (please report): the reply was not valid JSON"}`)
+		att, hasAtt = nil, false
+	}
+	parts := [][]byte{[]byte(`{"jsonrpc":"2.0","id":`), rawID, nil, nil, []byte(`}`)}
+	if errJSON != nil {
+		parts[2], parts[3] = []byte(`,"error":`), errJSON
+	} else {
+		parts[2], parts[3] = []byte(`,"result":`), result
+	}
+	return c.writeFrame(stream, parts, att, hasAtt)
+}
+
+// writeFrame writes one frame whose body is the concatenation of parts, with one Write.
+func (c *Codec) writeFrame(stream io.Writer, parts [][]byte, att []byte, hasAtt bool) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	buf := c.wbuf[:0]
+	if need := n + len(att) + 64; cap(buf) < need {
+		buf = make([]byte, 0, need)
+	}
+	buf = framing.AppendHeader(buf, n, len(att), hasAtt)
+	for _, p := range parts {
+		buf = append(buf, p...)
+	}
+	buf = append(buf, att...)
+	_, err := stream.Write(buf)
+	if cap(buf) <= 64<<10 {
+		c.wbuf = buf[:0] // keep small buffers only
+	}
+	return err
+}
+
+var (
+	requestPtrType  = reflect.TypeFor[*jsonrpc2.Request]()
+	responsePtrType = reflect.TypeFor[*jsonrpc2.Response]()
+)
+
+// unwrapMessage finds the Request or Response in what jsonrpc2.Conn passes to WriteObject: an
+// unexported *anyMessage{request *Request; response *Response}. Reading its fields directly
+// (rather than marshalling it) is what lets a Result go out byte-for-byte: marshalling would
+// compact and HTML-escape it. An unknown type yields (nil, nil) and WriteObject falls back to
+// json.Marshal.
+func unwrapMessage(obj any) (req *jsonrpc2.Request, resp *jsonrpc2.Response) {
+	switch o := obj.(type) {
+	case *jsonrpc2.Response:
+		return nil, o
+	case jsonrpc2.Response:
+		return nil, &o
+	case *jsonrpc2.Request:
+		return o, nil
+	case jsonrpc2.Request:
+		return &o, nil
+	}
+	rv := reflect.ValueOf(obj)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return nil, nil
+	}
+	ev := rv.Elem()
+	t := ev.Type()
+	if t.Kind() != reflect.Struct || t.PkgPath() != requestPtrType.Elem().PkgPath() || t.Name() != "anyMessage" {
+		return nil, nil
+	}
+	for i := range t.NumField() {
+		f := ev.Field(i)
+		switch f.Type() {
+		case requestPtrType:
+			req = *(**jsonrpc2.Request)(unsafe.Pointer(f.UnsafeAddr()))
+		case responsePtrType:
+			resp = *(**jsonrpc2.Response)(unsafe.Pointer(f.UnsafeAddr()))
+		}
+	}
+	if req != nil && resp != nil {
+		return nil, nil // invalid; let json.Marshal report it
+	}
+	return req, resp
+}
+
+// --- envelope scanning ---
+
+// envelope holds the raw top-level members of a JSON-RPC message.
+type envelope struct {
+	jsonrpc, id, method, params, result, err                     []byte
+	hasJSONRPC, hasID, hasMethod, hasParams, hasResult, hasError bool
+	dup                                                          string // first envelope member seen twice
+}
+
+func (e *envelope) isResponse() bool { return !e.hasMethod && (e.hasResult || e.hasError) }
+
+var errSyntax = errors.New("syntax error")
+
+// scan splits the top-level members of the JSON object b. It is safe on arbitrary bytes:
+// complete is false when b ends before the object does (the members seen so far are kept),
+// err is set when b is not an object. It does not validate values; callers run json.Valid
+// first where that matters.
+func (e *envelope) scan(b []byte) (complete bool, err error) {
+	i := skipWS(b, 0)
+	if i >= len(b) {
+		return false, nil
+	}
+	if b[i] != '{' {
+		return false, errSyntax
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return true, nil
+	}
+	for {
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return false, nil
+		}
+		if b[i] != '"' {
+			return false, errSyntax
+		}
+		ke := scanString(b, i)
+		if ke < 0 {
+			return false, nil
+		}
+		key := b[i:ke]
+		i = skipWS(b, ke)
+		if i >= len(b) {
+			return false, nil
+		}
+		if b[i] != ':' {
+			return false, errSyntax
+		}
+		i = skipWS(b, i+1)
+		if i >= len(b) {
+			return false, nil
+		}
+		ve := scanValue(b, i)
+		if ve < 0 {
+			return false, nil
+		}
+		e.set(key, b[i:ve])
+		i = skipWS(b, ve)
+		if i >= len(b) {
+			return false, nil
+		}
+		switch b[i] {
+		case ',':
+			i++
+		case '}':
+			return true, nil
+		default:
+			return false, errSyntax
+		}
+	}
+}
+
+func (e *envelope) set(key, val []byte) {
+	name := key[1 : len(key)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		var s string
+		if json.Unmarshal(key, &s) != nil {
+			return
+		}
+		name = []byte(s)
+	}
+	var dst *[]byte
+	var has *bool
+	switch string(name) {
+	case "jsonrpc":
+		dst, has = &e.jsonrpc, &e.hasJSONRPC
+	case "id":
+		dst, has = &e.id, &e.hasID
+	case "method":
+		dst, has = &e.method, &e.hasMethod
+	case "params":
+		dst, has = &e.params, &e.hasParams
+	case "result":
+		dst, has = &e.result, &e.hasResult
+	case "error":
+		dst, has = &e.err, &e.hasError
+	default:
+		return
+	}
+	if *has && e.dup == "" {
+		e.dup = string(name)
+	}
+	*dst, *has = val, true
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString returns the index just past the string starting at b[i] == '"', or -1.
+func scanString(b []byte, i int) int {
+	for j := i + 1; j < len(b); {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		k += j
+		n := 0
+		for m := k - 1; m > i && b[m] == '\\'; m-- {
+			n++
+		}
+		if n%2 == 0 {
+			return k + 1
+		}
+		j = k + 1
+	}
+	return -1
+}
+
+// scanValue returns the index just past the value starting at b[i], or -1 when b ends first
+// (or the value is malformed).
+func scanValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return scanString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				e := scanString(b, i)
+				if e < 0 {
+					return -1
+				}
+				i = e
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && !isDelim(b[j]) {
+		j++
+	}
+	if j == i || j == len(b) {
+		return -1
+	}
+	return j
+}
+
+func isDelim(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\r', '\n', '{', '[', '"', ':':
+		return true
+	}
+	return false
+}

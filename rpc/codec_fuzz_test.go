@@ -1,0 +1,137 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckptd/ckptd/framing"
+)
+
+// fuzzCodecLimits are small so that the fuzzer reaches -32004 cheaply.
+var fuzzCodecLimits = framing.Limits{MaxBody: 2 << 10, MaxAttachment: 1 << 10}
+
+// fuzzSentinel is sent after the fuzz input; whenever the framing puts it in a frame of its own
+// it must be answered.
+const fuzzSentinel = `{"jsonrpc":"2.0","id":"fuzz-sentinel","method":"echo","params":{"s":"<&>"}}`
+
+// FuzzCodec feeds arbitrary bytes through a real jsonrpc2.Conn with the Codec. It must never
+// panic or hang, every frame it writes must be a valid JSON-RPC message, the side table must be
+// empty once the input is consumed, and a well-formed request following the input must be
+// answered whenever the framing delimits it as a frame of its own.
+//
+// Seeds: the framing vectors and ../testdata/fuzz/FuzzCodec (go test -fuzz only looks in the
+// package's own testdata, so they are added with f.Add).
+func FuzzCodec(f *testing.F) {
+	b, err := os.ReadFile("../testdata/framing.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var file struct{ Vectors []ctVector }
+	if err := json.Unmarshal(b, &file); err != nil {
+		f.Fatal(err)
+	}
+	for _, v := range file.Vectors {
+		in, err := base64.StdEncoding.DecodeString(v.Input)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(in)
+	}
+	for _, s := range loadFuzzSeeds(f, "../testdata/fuzz/FuzzCodec") {
+		f.Add(s)
+	}
+	sentinelFrame := framing.AppendFrame(nil, []byte(fuzzSentinel), nil, false)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		stream := append(append([]byte{}, in...), sentinelFrame...)
+		wantSentinel := sentinelDelimited(stream)
+
+		s := newCtServer(t, fuzzCodecLimits)
+		go func() {
+			_, _ = s.in.Write(stream)
+			_ = s.in.Close()
+		}()
+		select {
+		case <-s.conn.DisconnectNotify():
+		case <-time.After(20 * time.Second):
+			t.Fatal("hang: the connection did not end after the input was closed")
+		}
+		answered := false
+		for fr := range s.frames {
+			r := parseReply(t, fr)
+			switch {
+			case r.Method == "server/event":
+			case r.ID == nil:
+				t.Fatalf("reply without id: %s", r.body)
+			case r.Error == nil && r.Result == nil:
+				t.Fatalf("reply without result or error: %s", r.body)
+			}
+			if r.Error != nil && r.Error.Code == 0 {
+				t.Fatalf("error without code: %s", r.body)
+			}
+			if string(r.ID) == `"fuzz-sentinel"` {
+				if string(r.Result) != `{"s":"<&>"}` {
+					t.Fatalf("sentinel answered with %s", r.body)
+				}
+				answered = true
+			}
+		}
+		if wantSentinel && !answered {
+			t.Fatal("the request after the input was not answered")
+		}
+		if n := s.codec.Pending(); n != 0 {
+			t.Fatalf("%d tokens left in the side table", n)
+		}
+	})
+}
+
+// sentinelDelimited reports whether package framing reads the sentinel as the last frame of
+// stream, on its own.
+func sentinelDelimited(stream []byte) bool {
+	r := framing.NewReader(bytes.NewReader(stream), fuzzCodecLimits)
+	last := false
+	for {
+		fr, err := r.Next()
+		if err == io.EOF {
+			return last
+		}
+		if err == io.ErrUnexpectedEOF {
+			return false
+		}
+		last = err == nil && string(fr.Body) == fuzzSentinel && !fr.HasAttachment
+	}
+}
+
+// loadFuzzSeeds reads files in the "go test fuzz v1" format holding one []byte value.
+func loadFuzzSeeds(tb testing.TB, dir string) [][]byte {
+	tb.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out [][]byte
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 2 || lines[0] != "go test fuzz v1" ||
+			!strings.HasPrefix(lines[1], "[]byte(") || !strings.HasSuffix(lines[1], ")") {
+			tb.Fatalf("%s: not a one-[]byte fuzz corpus file", e.Name())
+		}
+		s, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "[]byte("), ")"))
+		if err != nil {
+			tb.Fatalf("%s: %v", e.Name(), err)
+		}
+		out = append(out, []byte(s))
+	}
+	return out
+}

@@ -1,0 +1,108 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+// rpcError builds a JSON-RPC error with optional data.
+func rpcError(code int64, msg string, data any) *jsonrpc2.Error {
+	e := &jsonrpc2.Error{Code: code, Message: msg}
+	if data != nil {
+		e.SetError(data)
+	}
+	return e
+}
+
+// invalidParams names the field and the problem.
+func invalidParams(field, reason string) *jsonrpc2.Error {
+	msg := "invalid params: " + reason
+	if field != "" {
+		msg = "invalid params: " + field + ": " + reason
+	}
+	return rpcError(CodeInvalidParams, msg, map[string]string{"field": field, "reason": reason})
+}
+
+// decodeParams decodes a params object into v. Absent or null params decode as {}.
+func decodeParams(raw json.RawMessage, v any) *jsonrpc2.Error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	if raw[0] != '{' {
+		return invalidParams("params", "must be an object")
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := te.Field
+			if field == "" {
+				field = "params"
+			}
+			return invalidParams(field, fmt.Sprintf("expected %s, got JSON %s", goTypeName(te.Type.String()), te.Value))
+		}
+		return invalidParams("params", err.Error())
+	}
+	return nil
+}
+
+func goTypeName(t string) string {
+	t = strings.TrimPrefix(t, "*")
+	switch {
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "integer"
+	case t == "string":
+		return "string"
+	case t == "bool":
+		return "boolean"
+	case strings.HasPrefix(t, "[]"):
+		return "array"
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "rpc."):
+		return "object"
+	}
+	return t
+}
+
+// storeError maps a store error onto the protocol's error codes.
+func storeError(err error) *jsonrpc2.Error {
+	if err == nil {
+		return nil
+	}
+	var je *jsonrpc2.Error
+	if errors.As(err, &je) {
+		return je
+	}
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return rpcError(CodeCorrupt, err.Error(), map[string]string{"checkpointId": ce.CheckpointID, "reason": ce.Reason})
+	}
+	var ie *store.InvalidError
+	if errors.As(err, &ie) {
+		return invalidParams(ie.Field, ie.Reason)
+	}
+	var tl *store.TooLargeError
+	if errors.As(err, &tl) {
+		return rpcError(CodeTooLarge, err.Error(), map[string]int64{"limit": tl.Limit, "size": tl.Size})
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return rpcError(CodeNotFound, err.Error(), nil)
+	case errors.Is(err, store.ErrConflict):
+		return rpcError(CodeConflict, err.Error(), nil)
+	case errors.Is(err, store.ErrTooLarge):
+		return rpcError(CodeTooLarge, err.Error(), nil)
+	case errors.Is(err, store.ErrClosed):
+		return rpcError(CodeShuttingDown, "shutting down: "+err.Error(), nil)
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return rpcError(CodeUnavailable, err.Error(), map[string]string{"reason": err.Error()})
+	}
+	return rpcError(CodeInternal, "internal error: "+err.Error(), nil)
+}

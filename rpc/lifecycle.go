@@ -1,0 +1,89 @@
+package rpc
+
+import (
+	"context"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+)
+
+// knownEvents are the notifications a client may opt in to with initialize.
+var knownEvents = []string{NotifySaved, NotifyPruned, NotifyCorrupted}
+
+func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p InitializeParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	want := map[string]bool{}
+	for i, ev := range p.Events {
+		ok := false
+		for _, k := range knownEvents {
+			ok = ok || k == ev
+		}
+		if !ok {
+			return reply{}, invalidParams(sprintfField("events[%d]", i), "unknown event "+quote(ev)+"; known: checkpoint/saved, checkpoint/pruned, checkpoint/corrupted")
+		}
+		want[ev] = true
+	}
+	s.mu.Lock()
+	s.events = want
+	s.mu.Unlock()
+	if p.ClientName != "" {
+		s.log.Info("client connected", "client", p.ClientName)
+	}
+	return reply{result: InitializeResult{
+		ServerName:      "ckptd",
+		ServerVersion:   s.opts.Version,
+		ProtocolVersion: ProtocolVersion,
+		DBPath:          s.store.Path(),
+		Capabilities: Capabilities{
+			Attachments:   true,
+			StateTypes:    []string{"json", "bytes"},
+			MaxStateBytes: s.opts.MaxStateBytes,
+			Durability:    s.opts.Durability,
+			Events:        knownEvents,
+		},
+	}}, nil
+}
+
+// shutdown stops taking requests, waits for every accepted one, answers, then ends Serve.
+func (s *Server) shutdown(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	s.mu.Lock()
+	already := s.closing
+	s.closing = true
+	s.mu.Unlock()
+	go func() {
+		s.inflight.Wait()
+		if !req.Notif {
+			_ = conn.Reply(context.Background(), req.ID, nil)
+		}
+		if !already {
+			close(s.shutdownDone)
+		}
+	}()
+}
+
+func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	db, err := s.store.Stats(ctx)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: StatsResult{
+		UptimeSeconds: time.Since(s.started).Seconds(),
+		Counters:      s.metrics.counters(),
+		Latency: map[string]LatencyStats{
+			"save": s.metrics.save.stats(),
+			"load": s.metrics.load.stats(),
+		},
+		DB: DBStats{
+			Path:              db.Path,
+			SizeBytes:         db.SizeBytes,
+			WALBytes:          db.WALBytes,
+			Workflows:         db.Workflows,
+			Checkpoints:       db.Checkpoints,
+			States:            db.States,
+			StatesStoredBytes: db.StatesStoredBytes,
+		},
+	}}, nil
+}

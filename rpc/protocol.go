@@ -1,0 +1,387 @@
+package rpc
+
+import (
+	"encoding/json"
+
+	"github.com/ckptd/ckptd/resume"
+)
+
+// ProtocolVersion is the wire protocol version reported by initialize.
+const ProtocolVersion = 1
+
+// Method names (binding; see docs/protocol.md).
+const (
+	MethodInitialize      = "initialize"
+	MethodShutdown        = "shutdown"
+	MethodSave            = "checkpoint/save"
+	MethodLoad            = "checkpoint/load"
+	MethodList            = "checkpoint/list"
+	MethodDelete          = "checkpoint/delete"
+	MethodPrune           = "checkpoint/prune"
+	MethodConfigure       = "workflow/configure"
+	MethodComplete        = "workflow/complete"
+	MethodWorkflowList    = "workflow/list"
+	MethodWritesPut       = "writes/put"
+	MethodResumePlan      = "resume/plan"
+	MethodStats           = "stats"
+	methodProtocolError   = "$/ckptd/protocolError"
+	NotifySaved           = "checkpoint/saved"
+	NotifyPruned          = "checkpoint/pruned"
+	NotifyCorrupted       = "checkpoint/corrupted"
+)
+
+// Error codes (binding).
+const (
+	CodeParseError      = -32700
+	CodeInvalidRequest  = -32600
+	CodeMethodNotFound  = -32601
+	CodeInvalidParams   = -32602
+	CodeInternal        = -32603
+	CodeNotFound        = -32001
+	CodeCorrupt         = -32002
+	CodeConflict        = -32003
+	CodeTooLarge        = -32004
+	CodeResumeInvalid   = -32005
+	CodeUnavailable     = -32006
+	CodeShuttingDown    = -32007
+)
+
+// InitializeParams is the client's hello.
+type InitializeParams struct {
+	ClientName string   `json:"clientName"`
+	Events     []string `json:"events"`
+}
+
+// Capabilities tells the client what this server offers.
+type Capabilities struct {
+	Attachments   bool     `json:"attachments"`
+	StateTypes    []string `json:"stateTypes"`
+	MaxStateBytes int64    `json:"maxStateBytes"`
+	Durability    string   `json:"durability"`
+	Events        []string `json:"events"`
+}
+
+// InitializeResult answers initialize.
+type InitializeResult struct {
+	ServerName      string       `json:"serverName"`
+	ServerVersion   string       `json:"serverVersion"`
+	ProtocolVersion int          `json:"protocolVersion"`
+	DBPath          string       `json:"dbPath"`
+	Capabilities    Capabilities `json:"capabilities"`
+}
+
+// StepError is the error of a failed step.
+type StepError struct {
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// SaveParams are checkpoint/save's params. State fields stay raw: the server never decodes a state.
+type SaveParams struct {
+	WorkflowID      *string         `json:"workflowId"`
+	Namespace       string          `json:"namespace"`
+	CheckpointID    string          `json:"checkpointId"`
+	ParentID        string          `json:"parentId"`
+	Phase           string          `json:"phase"`
+	Step            *int64          `json:"step"`
+	StepName        string          `json:"stepName"`
+	Error           *StepError      `json:"error"`
+	State           json.RawMessage `json:"state"`
+	StateBase64     *string         `json:"stateBase64"`
+	StateAttachment bool            `json:"stateAttachment"`
+	StateType       string          `json:"stateType"`
+	CompletedTasks  json.RawMessage `json:"completedTasks"`
+	PendingTasks    json.RawMessage `json:"pendingTasks"`
+	WorkflowHash    string          `json:"workflowHash"`
+	Metadata        json.RawMessage `json:"metadata"`
+}
+
+// SaveResult answers checkpoint/save.
+type SaveResult struct {
+	CheckpointID string `json:"checkpointId"`
+	Seq          int64  `json:"seq"`
+	CreatedAt    string `json:"createdAt"`
+	SizeBytes    int64  `json:"sizeBytes"`
+	StoredBytes  int64  `json:"storedBytes"`
+	SHA256       string `json:"sha256"`
+	Deduplicated bool   `json:"deduplicated"`
+}
+
+// LoadParams are checkpoint/load's params.
+type LoadParams struct {
+	CheckpointID string `json:"checkpointId"`
+	WorkflowID   string `json:"workflowId"`
+	Namespace    string `json:"namespace"`
+	Attachment   bool   `json:"attachment"`
+}
+
+// Summary describes a checkpoint without state or task lists.
+type Summary struct {
+	CheckpointID       string          `json:"checkpointId"`
+	WorkflowID         string          `json:"workflowId"`
+	Namespace          string          `json:"namespace"`
+	Seq                int64           `json:"seq"`
+	ParentID           *string         `json:"parentId"`
+	Phase              string          `json:"phase"`
+	Step               int64           `json:"step"`
+	StepName           string          `json:"stepName"`
+	Error              *StepError      `json:"error"`
+	WorkflowHash       string          `json:"workflowHash"`
+	Metadata           json.RawMessage `json:"metadata"`
+	CreatedAt          string          `json:"createdAt"`
+	StateType          string          `json:"stateType"`
+	SizeBytes          int64           `json:"sizeBytes"`
+	StoredBytes        int64           `json:"storedBytes"`
+	SHA256             string          `json:"sha256"`
+	CompletedTaskCount int             `json:"completedTaskCount"`
+	PendingTaskCount   int             `json:"pendingTaskCount"`
+}
+
+// PendingWrite is one stored write of a task.
+type PendingWrite struct {
+	TaskID      string          `json:"taskId"`
+	TaskPath    string          `json:"taskPath,omitempty"`
+	Idx         int64           `json:"idx"`
+	Channel     string          `json:"channel"`
+	Type        string          `json:"type,omitempty"`
+	Value       json.RawMessage `json:"value,omitempty"`
+	ValueBase64 *string         `json:"valueBase64,omitempty"`
+}
+
+// Recovered names a corrupt checkpoint skipped by a latest-load.
+type Recovered struct {
+	CheckpointID string `json:"checkpointId"`
+	Reason       string `json:"reason"`
+}
+
+// LoadResult answers checkpoint/load. The state goes in State (json), StateBase64 (bytes) or the
+// frame attachment (StateAttachment).
+type LoadResult struct {
+	Summary
+	CompletedTasks  json.RawMessage `json:"completedTasks"`
+	PendingTasks    json.RawMessage `json:"pendingTasks"`
+	PendingWrites   []PendingWrite  `json:"pendingWrites"`
+	StateBase64     *string         `json:"stateBase64,omitempty"`
+	StateAttachment bool            `json:"stateAttachment,omitempty"`
+	RecoveredFrom   []Recovered     `json:"recoveredFrom,omitempty"`
+}
+
+// ListParams are checkpoint/list's params.
+type ListParams struct {
+	WorkflowID string                     `json:"workflowId"`
+	Namespace  *string                    `json:"namespace"`
+	Phase      string                     `json:"phase"`
+	Metadata   map[string]json.RawMessage `json:"metadata"`
+	Before     string                     `json:"before"`
+	Limit      *int                       `json:"limit"`
+}
+
+// ListResult answers checkpoint/list.
+type ListResult struct {
+	Checkpoints []Summary `json:"checkpoints"`
+}
+
+// DeleteParams are checkpoint/delete's params.
+type DeleteParams struct {
+	CheckpointID string `json:"checkpointId"`
+	WorkflowID   string `json:"workflowId"`
+}
+
+// DeleteResult answers checkpoint/delete.
+type DeleteResult struct {
+	Deleted int `json:"deleted"`
+}
+
+// PruneParams are checkpoint/prune's params.
+type PruneParams struct {
+	WorkflowID       string `json:"workflowId"`
+	KeepLast         *int   `json:"keepLast"`
+	OlderThanSeconds *int64 `json:"olderThanSeconds"`
+	DryRun           bool   `json:"dryRun"`
+}
+
+// PruneResult answers checkpoint/prune.
+type PruneResult struct {
+	Deleted    int   `json:"deleted"`
+	FreedBytes int64 `json:"freedBytes"`
+	DryRun     bool  `json:"dryRun"`
+}
+
+// Retention is a workflow's pruning policy on the wire.
+type Retention struct {
+	KeepLast       *int   `json:"keepLast,omitempty"`
+	MaxAgeSeconds  *int64 `json:"maxAgeSeconds,omitempty"`
+	KeepFirst      *bool  `json:"keepFirst,omitempty"`
+	IdleTTLSeconds *int64 `json:"idleTtlSeconds,omitempty"`
+}
+
+// ConfigureParams are workflow/configure's params.
+type ConfigureParams struct {
+	WorkflowID string     `json:"workflowId"`
+	Retention  *Retention `json:"retention"`
+}
+
+// EffectiveRetention is the policy in force, every field present.
+type EffectiveRetention struct {
+	KeepLast       int   `json:"keepLast"`
+	MaxAgeSeconds  int64 `json:"maxAgeSeconds"`
+	KeepFirst      bool  `json:"keepFirst"`
+	IdleTTLSeconds int64 `json:"idleTtlSeconds"`
+}
+
+// ConfigureResult answers workflow/configure.
+type ConfigureResult struct {
+	WorkflowID string             `json:"workflowId"`
+	Retention  EffectiveRetention `json:"retention"`
+}
+
+// CompleteParams are workflow/complete's params.
+type CompleteParams struct {
+	WorkflowID string `json:"workflowId"`
+	Preserve   bool   `json:"preserve"`
+}
+
+// CompleteResult answers workflow/complete.
+type CompleteResult struct {
+	WorkflowID string `json:"workflowId"`
+	Deleted    int    `json:"deleted"`
+}
+
+// WorkflowListParams are workflow/list's params.
+type WorkflowListParams struct {
+	ResumableOnly bool `json:"resumableOnly"`
+}
+
+// WorkflowInfo is one workflow in workflow/list.
+type WorkflowInfo struct {
+	WorkflowID  string   `json:"workflowId"`
+	Count       int      `json:"count"`
+	Latest      *Summary `json:"latest"`
+	Resumable   bool     `json:"resumable"`
+	Completed   bool     `json:"completed"`
+	UpdatedAt   string   `json:"updatedAt"`
+	StoredBytes int64    `json:"storedBytes"`
+}
+
+// WorkflowListResult answers workflow/list.
+type WorkflowListResult struct {
+	Workflows []WorkflowInfo `json:"workflows"`
+}
+
+// WriteParam is one write in writes/put.
+type WriteParam struct {
+	Channel     *string         `json:"channel"`
+	Value       json.RawMessage `json:"value"`
+	ValueBase64 *string         `json:"valueBase64"`
+	Type        string          `json:"type"`
+	Idx         *int64          `json:"idx"`
+}
+
+// WritesPutParams are writes/put's params.
+type WritesPutParams struct {
+	WorkflowID   string       `json:"workflowId"`
+	Namespace    string       `json:"namespace"`
+	CheckpointID string       `json:"checkpointId"`
+	TaskID       string       `json:"taskId"`
+	TaskPath     string       `json:"taskPath"`
+	Writes       []WriteParam `json:"writes"`
+}
+
+// WritesPutResult answers writes/put.
+type WritesPutResult struct {
+	Stored int `json:"stored"`
+}
+
+// ResumePlanParams are resume/plan's params.
+type ResumePlanParams struct {
+	WorkflowID   string `json:"workflowId"`
+	Namespace    string `json:"namespace"`
+	CheckpointID string `json:"checkpointId"`
+	WorkflowHash string `json:"workflowHash"`
+	Force        bool   `json:"force"`
+	Attachment   bool   `json:"attachment"`
+}
+
+// ResumePlanResult answers resume/plan.
+type ResumePlanResult struct {
+	CheckpointID    string           `json:"checkpointId"`
+	WorkflowID      string           `json:"workflowId"`
+	Namespace       string           `json:"namespace"`
+	Phase           string           `json:"phase"`
+	Step            int64            `json:"step"`
+	StepName        string           `json:"stepName"`
+	StartStep       int64            `json:"startStep"`
+	Retry           bool             `json:"retry"`
+	Reason          string           `json:"reason"`
+	CompletedTasks  json.RawMessage  `json:"completedTasks"`
+	PendingTasks    json.RawMessage  `json:"pendingTasks"`
+	StateType       string           `json:"stateType"`
+	StateBase64     *string          `json:"stateBase64,omitempty"`
+	StateAttachment bool             `json:"stateAttachment,omitempty"`
+	Warnings        []resume.Problem `json:"warnings"`
+	RecoveredFrom   []Recovered      `json:"recoveredFrom,omitempty"`
+}
+
+// LatencyStats summarises one operation's latency.
+type LatencyStats struct {
+	Count int64   `json:"count"`
+	P50Ms float64 `json:"p50Ms"`
+	P95Ms float64 `json:"p95Ms"`
+	P99Ms float64 `json:"p99Ms"`
+	MaxMs float64 `json:"maxMs"`
+}
+
+// Counters are the server's running totals since start.
+type Counters struct {
+	Saves             int64 `json:"saves"`
+	Loads             int64 `json:"loads"`
+	Failures          int64 `json:"failures"`
+	IntegrityFailures int64 `json:"integrityFailures"`
+	BytesIn           int64 `json:"bytesIn"`
+	BytesOut          int64 `json:"bytesOut"`
+	Deduplicated      int64 `json:"deduplicated"`
+	Pruned            int64 `json:"pruned"`
+}
+
+// DBStats describes the database.
+type DBStats struct {
+	Path              string `json:"path"`
+	SizeBytes         int64  `json:"sizeBytes"`
+	WALBytes          int64  `json:"walBytes"`
+	Workflows         int    `json:"workflows"`
+	Checkpoints       int    `json:"checkpoints"`
+	States            int    `json:"states"`
+	StatesStoredBytes int64  `json:"statesStoredBytes"`
+}
+
+// StatsResult answers stats.
+type StatsResult struct {
+	UptimeSeconds float64                 `json:"uptimeSeconds"`
+	Counters      Counters                `json:"counters"`
+	Latency       map[string]LatencyStats `json:"latency"`
+	DB            DBStats                 `json:"db"`
+}
+
+// SavedEvent is the checkpoint/saved notification.
+type SavedEvent struct {
+	CheckpointID string `json:"checkpointId"`
+	WorkflowID   string `json:"workflowId"`
+	Namespace    string `json:"namespace"`
+	Seq          int64  `json:"seq"`
+	Phase        string `json:"phase"`
+	Step         int64  `json:"step"`
+}
+
+// PrunedEvent is the checkpoint/pruned notification.
+type PrunedEvent struct {
+	WorkflowID    string   `json:"workflowId"`
+	CheckpointIDs []string `json:"checkpointIds"`
+	Reason        string   `json:"reason"`
+}
+
+// CorruptedEvent is the checkpoint/corrupted notification.
+type CorruptedEvent struct {
+	CheckpointID string `json:"checkpointId"`
+	WorkflowID   string `json:"workflowId"`
+	Reason       string `json:"reason"`
+}

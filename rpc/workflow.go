@@ -1,0 +1,147 @@
+package rpc
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p ConfigureParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
+		return reply{}, err
+	}
+	var ret *store.Retention
+	if p.Retention != nil {
+		r := s.opts.DefaultRetention
+		if v := p.Retention.KeepLast; v != nil {
+			if *v < 0 {
+				return reply{}, invalidParams("retention.keepLast", "must be >= 0 (0 = unlimited)")
+			}
+			r.KeepLast = *v
+		}
+		if v := p.Retention.MaxAgeSeconds; v != nil {
+			if *v < 0 {
+				return reply{}, invalidParams("retention.maxAgeSeconds", "must be >= 0 (0 = off)")
+			}
+			r.MaxAgeSeconds = *v
+		}
+		if v := p.Retention.KeepFirst; v != nil {
+			r.KeepFirst = *v
+		}
+		if v := p.Retention.IdleTTLSeconds; v != nil {
+			if *v < 0 {
+				return reply{}, invalidParams("retention.idleTtlSeconds", "must be >= 0 (0 = off)")
+			}
+			r.IdleTTLSeconds = *v
+		}
+		ret = &r
+	}
+	eff, err := s.store.Configure(ctx, p.WorkflowID, ret)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: ConfigureResult{WorkflowID: p.WorkflowID, Retention: EffectiveRetention(eff)}}, nil
+}
+
+func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p CompleteParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
+		return reply{}, err
+	}
+	n, err := s.store.Complete(ctx, p.WorkflowID, p.Preserve)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: CompleteResult{WorkflowID: p.WorkflowID, Deleted: n}}, nil
+}
+
+func workflowInfo(w store.WorkflowInfo) WorkflowInfo {
+	out := WorkflowInfo{
+		WorkflowID:  w.WorkflowID,
+		Count:       w.Count,
+		Resumable:   w.Resumable,
+		Completed:   w.Completed,
+		UpdatedAt:   timestamp(w.UpdatedAt),
+		StoredBytes: w.StoredBytes,
+	}
+	if w.Latest != nil {
+		sm := summary(*w.Latest)
+		out.Latest = &sm
+	}
+	return out
+}
+
+func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p WorkflowListParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	ws, err := s.store.Workflows(ctx, p.ResumableOnly)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	out := WorkflowListResult{Workflows: make([]WorkflowInfo, 0, len(ws))}
+	for _, w := range ws {
+		out.Workflows = append(out.Workflows, workflowInfo(w))
+	}
+	return reply{result: out}, nil
+}
+
+func (s *Server) writesPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p WritesPutParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
+		return reply{}, err
+	}
+	if err := requireID("checkpointId", p.CheckpointID, maxCheckpointIDBytes); err != nil {
+		return reply{}, err
+	}
+	if p.TaskID == "" {
+		return reply{}, invalidParams("taskId", "required")
+	}
+	if p.Writes == nil {
+		return reply{}, invalidParams("writes", "required (an array of {channel, value})")
+	}
+	ws := make([]store.Write, 0, len(p.Writes))
+	for i, w := range p.Writes {
+		field := fmt.Sprintf("writes[%d]", i)
+		if w.Channel == nil || *w.Channel == "" {
+			return reply{}, invalidParams(field+".channel", "required")
+		}
+		sw := store.Write{TaskID: p.TaskID, TaskPath: p.TaskPath, Idx: int64(i), Channel: *w.Channel, Type: w.Type}
+		if w.Idx != nil {
+			sw.Idx = *w.Idx
+		}
+		switch {
+		case w.Value != nil && w.ValueBase64 != nil:
+			return reply{}, invalidParams(field+".value", "give either value or valueBase64, not both")
+		case w.ValueBase64 != nil:
+			b, err := base64.StdEncoding.DecodeString(*w.ValueBase64)
+			if err != nil {
+				return reply{}, invalidParams(field+".valueBase64", "not valid standard base64: "+err.Error())
+			}
+			sw.Value, sw.IsBytes = b, true
+		default:
+			sw.Value = w.Value
+		}
+		ws = append(ws, sw)
+	}
+	n, err := s.store.PutWrites(ctx, p.WorkflowID, p.Namespace, p.CheckpointID, ws)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: WritesPutResult{Stored: n}}, nil
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs every test of the project: Go (with the race detector), the Python client, the TypeScript
+# client. Needs Go, Python 3.9+ with pytest, and Node 20+ with npm; installs nothing system-wide
+# (npm packages go to clients/ts/node_modules, the ckptd binary to ./bin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+echo "== build"
+mkdir -p bin
+CGO_ENABLED=0 go build -o bin/ckptd ./cmd/ckptd
+export CKPTD_PATH="$root/bin/ckptd"
+
+echo "== go vet + gofmt"
+go vet ./...
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './clients/*'))
+if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
+
+echo "== go test -race"
+go test -race -count=1 ./...
+
+if [ -d clients/python/tests ]; then
+  echo "== python client"
+  (cd clients/python && python3 -m pytest -q tests)
+fi
+
+if [ -f clients/ts/package.json ]; then
+  echo "== typescript client"
+  (cd clients/ts && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm test)
+fi
+echo "== all tests passed"

@@ -1,0 +1,281 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// State encodings in states.encoding.
+const (
+	encRaw  = 0
+	encZstd = 1
+)
+
+// codec holds the zstd encoder and decoder of one Store. Both are safe for concurrent EncodeAll /
+// DecodeAll calls and keep their own internal pools.
+type codec struct {
+	enc *zstd.Encoder
+	dec *zstd.Decoder
+}
+
+func newCodec(maxBytes int64) (*codec, error) {
+	enc, err := zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithEncoderCRC(false), // SHA-256 of the raw state is verified on every load
+		zstd.WithEncoderConcurrency(4),
+		zstd.WithLowerEncoderMem(false))
+	if err != nil {
+		return nil, fmt.Errorf("zstd encoder: %w", err)
+	}
+	mem := uint64(maxBytes) + 1<<20
+	dec, err := zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(4),
+		zstd.WithDecoderMaxMemory(mem),
+		zstd.WithDecodeAllCapLimit(true))
+	if err != nil {
+		enc.Close()
+		return nil, fmt.Errorf("zstd decoder: %w", err)
+	}
+	return &codec{enc: enc, dec: dec}, nil
+}
+
+func (c *codec) close() {
+	_ = c.enc.Close()
+	c.dec.Close()
+}
+
+// compress returns the zstd encoding of b when b is larger than threshold and compression saves at
+// least 1/8; otherwise it returns b with encRaw.
+func (c *codec) compress(b []byte, threshold int) ([]byte, int) {
+	if len(b) <= threshold {
+		return b, encRaw
+	}
+	out := c.enc.EncodeAll(b, make([]byte, 0, len(b)-len(b)/8))
+	if len(out) > len(b)-len(b)/8 {
+		return b, encRaw
+	}
+	return out, encZstd
+}
+
+// decode returns the raw state of a stored blob; size is the expected raw size.
+func (c *codec) decode(data []byte, enc int, size int64) ([]byte, error) {
+	switch enc {
+	case encRaw:
+		if int64(len(data)) != size {
+			return nil, fmt.Errorf("stored %d bytes, expected %d", len(data), size)
+		}
+		out := make([]byte, len(data))
+		copy(out, data)
+		return out, nil
+	case encZstd:
+		if size < 0 || size > math.MaxInt32*4 {
+			return nil, fmt.Errorf("bad recorded size %d", size)
+		}
+		out, err := c.dec.DecodeAll(data, make([]byte, 0, size))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %v", err)
+		}
+		if int64(len(out)) != size {
+			return nil, fmt.Errorf("decompressed to %d bytes, expected %d", len(out), size)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("unknown encoding %d", enc)
+	}
+}
+
+// canonicalJSON returns a compact canonical text of one JSON value: object keys sorted, no
+// insignificant whitespace, numbers normalised (1, 1.0 and 1e0 are equal), no HTML escaping.
+// Strings and numbers of different types stay different ("1" != 1).
+func canonicalJSON(raw []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "", errors.New("trailing data after JSON value")
+	}
+	var buf bytes.Buffer
+	if err := writeCanonical(&buf, v); err != nil {
+		return "", err
+	}
+	return buf.String(), nil
+}
+
+func writeCanonical(buf *bytes.Buffer, v any) error {
+	switch x := v.(type) {
+	case nil:
+		buf.WriteString("null")
+	case bool:
+		if x {
+			buf.WriteString("true")
+		} else {
+			buf.WriteString("false")
+		}
+	case json.Number:
+		buf.WriteString(canonicalNumber(x))
+	case string:
+		writeJSONString(buf, x)
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := writeCanonical(buf, e); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeJSONString(buf, k)
+			buf.WriteByte(':')
+			if err := writeCanonical(buf, x[k]); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	default:
+		return fmt.Errorf("unexpected JSON value %T", v)
+	}
+	return nil
+}
+
+func writeJSONString(buf *bytes.Buffer, s string) {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	buf.Truncate(buf.Len() - 1) // Encode appends a newline
+}
+
+func canonicalNumber(n json.Number) string {
+	s := string(n)
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return strconv.FormatInt(i, 10)
+	}
+	if !strings.ContainsAny(s, ".eE") {
+		return s // an integer beyond int64: keep its digits exactly
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return s // out of float range: keep the literal
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// countArray counts the top-level elements of a JSON array without decoding it. Empty input or
+// null counts 0. ok is false when the text is not an array.
+func countArray(b []byte) (n int, isNull bool, ok bool) {
+	i := skipSpace(b, 0)
+	if i == len(b) {
+		return 0, true, true
+	}
+	if bytes.Equal(bytes.TrimSpace(b[i:]), []byte("null")) {
+		return 0, true, true
+	}
+	if b[i] != '[' {
+		return 0, false, false
+	}
+	depth, commas, content := 0, 0, false
+	inStr := false
+	for ; i < len(b); i++ {
+		c := b[i]
+		if inStr {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+			content = true
+		case '[', '{':
+			if depth >= 1 {
+				content = true
+			}
+			depth++
+		case ']', '}':
+			depth--
+			if depth == 0 {
+				if skipSpace(b, i+1) != len(b) {
+					return 0, false, false
+				}
+				if !content {
+					return 0, false, true
+				}
+				return commas + 1, false, true
+			}
+		case ',':
+			if depth == 1 {
+				commas++
+			}
+		case ' ', '\t', '\r', '\n':
+		default:
+			content = true
+		}
+	}
+	return 0, false, false // unterminated
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// contentHasher builds the idempotency digest of a save: every saved field, length-prefixed.
+type contentHasher struct {
+	buf [8]byte
+	h   interface {
+		Write([]byte) (int, error)
+		Sum([]byte) []byte
+	}
+}
+
+func newContentHasher() *contentHasher { return &contentHasher{h: sha256.New()} }
+
+func (c *contentHasher) bytes(b []byte) {
+	binary.LittleEndian.PutUint64(c.buf[:], uint64(len(b)))
+	_, _ = c.h.Write(c.buf[:])
+	_, _ = c.h.Write(b)
+}
+
+func (c *contentHasher) str(s string) { c.bytes([]byte(s)) }
+
+func (c *contentHasher) int(i int64) {
+	binary.LittleEndian.PutUint64(c.buf[:], uint64(i))
+	_, _ = c.h.Write(c.buf[:])
+}
+
+func (c *contentHasher) sum() []byte { return c.h.Sum(nil) }

@@ -1,0 +1,257 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const v1Fixture = "../testdata/store/v1.db"
+
+// v1Checkpoints describes the content of testdata/store/v1.db (deterministic).
+func v1Checkpoints() []SaveRequest {
+	rng := rand.New(rand.NewPCG(42, 1))
+	var out []SaveRequest
+	for i := 0; i < 6; i++ {
+		r := SaveRequest{
+			WorkflowID:     fmt.Sprintf("fixture-wf-%d", i%2),
+			CheckpointID:   fmt.Sprintf("fixture-ckpt-%d", i),
+			Phase:          []Phase{PhaseBeforeStep, PhaseCompleted, PhaseFailed}[i%3],
+			Step:           int64(i),
+			StepName:       fmt.Sprintf("node_%d", i),
+			CompletedTasks: json.RawMessage(`[{"id":"t1"}]`),
+			PendingTasks:   json.RawMessage(`[]`),
+			WorkflowHash:   "sha256:fixture",
+			Metadata:       json.RawMessage(fmt.Sprintf(`{"source":"loop","i":%d}`, i)),
+		}
+		switch i % 3 {
+		case 0:
+			r.State, r.StateType = checkpointJSON(rng, 16<<10), StateJSON // compressed
+		case 1:
+			r.State, r.StateType = []byte(fmt.Sprintf(`{"small":%d}`, i)), StateJSON
+		case 2:
+			r.State, r.StateType = randBytes(rng, 300), StateBytes
+		}
+		if r.Phase == PhaseFailed {
+			r.Error = &StepError{Message: "tool failed", Retryable: true}
+		}
+		if i == 4 {
+			r.Namespace = "sub"
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestGenerateV1Fixture writes testdata/store/v1.db: a real schema-v1 database. Run it only when
+// the fixture must be rebuilt: CKPTD_GEN_FIXTURE=1 go test -run TestGenerateV1Fixture ./store/
+func TestGenerateV1Fixture(t *testing.T) {
+	if os.Getenv("CKPTD_GEN_FIXTURE") == "" {
+		t.Skip("set CKPTD_GEN_FIXTURE=1 to regenerate " + v1Fixture)
+	}
+	path := filepath.Join(t.TempDir(), "v1.db")
+	s, err := Open(context.Background(), Options{Path: path, maxSchema: 1, noBackground: true})
+	require.NoError(t, err)
+	ctx := context.Background()
+	seqs := map[string]int64{}
+	base := int64(1795000000000000)
+	for i, req := range v1Checkpoints() {
+		sj := &saveJob{req: req}
+		require.NoError(t, s.prepare(sj))
+		seqs[req.WorkflowID]++
+		created := base + int64(i)*1000000
+		_, err := s.wconn.ExecContext(ctx, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at) VALUES (?1, 2, ?2, ?2)
+			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = ?2`, req.WorkflowID, created)
+		require.NoError(t, err)
+		_, err = s.wconn.ExecContext(ctx, `INSERT OR IGNORE INTO states(hash, encoding, size, stored_size, data) VALUES (?,?,?,?,?)`,
+			sj.sha, sj.enc, len(req.State), len(sj.data), sj.data)
+		require.NoError(t, err)
+		var rowid int64
+		require.NoError(t, s.wconn.QueryRowContext(ctx, `INSERT INTO checkpoints(checkpoint_id, workflow_id, namespace, seq,
+			parent_id, phase, step, step_name, error, state_type, state_hash, size, stored_size, dedup, completed_count,
+			pending_count, workflow_hash, created_at, format_version, content_hash, metadata, completed_tasks, pending_tasks)
+			VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?,?,1,?,?,?,?) RETURNING id`,
+			sj.id, req.WorkflowID, req.Namespace, seqs[req.WorkflowID], nullStr(req.ParentID), string(req.Phase), req.Step,
+			req.StepName, nullBytes(sj.errJSON), string(sj.stateType), sj.sha, len(req.State), len(sj.data), sj.completedN,
+			sj.pendingN, req.WorkflowHash, created, sj.contentHash, sj.metaRaw, []byte(req.CompletedTasks),
+			[]byte(req.PendingTasks)).Scan(&rowid))
+		for _, kv := range sj.meta {
+			_, err := s.wconn.ExecContext(ctx, `INSERT INTO checkpoint_meta(key, value, ckpt) VALUES (?,?,?)`, kv[0], kv[1], rowid)
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, s.Close())
+	require.NoError(t, os.MkdirAll(filepath.Dir(v1Fixture), 0o755))
+	copyFile(t, path, v1Fixture)
+	_, err = os.Stat(path + "-wal")
+	require.True(t, err != nil || fileSize(t, path+"-wal") == 0, "WAL checkpointed into the file")
+}
+
+func copyFile(t testing.TB, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	require.NoError(t, err)
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	require.NoError(t, err)
+	_, err = io.Copy(out, in)
+	require.NoError(t, err)
+	require.NoError(t, out.Close())
+}
+
+func userVersion(t *testing.T, path string) int {
+	var v int
+	require.NoError(t, rawDB(t, path).QueryRow("PRAGMA user_version").Scan(&v))
+	return v
+}
+
+func TestMigrateV1Fixture(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ckptd.db")
+	copyFile(t, v1Fixture, path)
+	require.Equal(t, 1, userVersion(t, path))
+	ctx := context.Background()
+	s, err := Open(ctx, Options{Path: path, DefaultRetention: Retention{KeepLast: 100}, noBackground: true})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, SchemaVersion, userVersion(t, path))
+
+	want := v1Checkpoints()
+	for _, req := range want {
+		cp, err := s.Load(ctx, req.CheckpointID)
+		require.NoError(t, err, req.CheckpointID)
+		require.Equal(t, req.State, cp.State)
+		require.Equal(t, req.StateType, cp.StateType)
+		require.Equal(t, req.WorkflowID, cp.WorkflowID)
+		require.Equal(t, req.Namespace, cp.Namespace)
+		require.Equal(t, req.Phase, cp.Phase)
+		require.Equal(t, req.Error, cp.Error)
+		require.JSONEq(t, string(req.Metadata), string(cp.Metadata))
+		require.Empty(t, cp.PendingWrites)
+		// idempotent re-save of the same content is recognised
+		res, err := s.Save(ctx, req)
+		require.NoError(t, err)
+		require.True(t, res.Existing, req.CheckpointID)
+		require.Equal(t, cp.Seq, res.Seq)
+	}
+	lst, err := s.List(ctx, ListFilter{Metadata: map[string]json.RawMessage{"source": json.RawMessage(`"loop"`)}})
+	require.NoError(t, err)
+	require.Len(t, lst, len(want))
+	bad, err := s.Verify(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, bad)
+
+	// v2 features work on the migrated database; sequences continue
+	r := mustSave(t, s, SaveRequest{WorkflowID: "fixture-wf-0", State: []byte(`{}`)})
+	require.Equal(t, int64(4), r.Seq)
+	_, err = s.PutWrites(ctx, "fixture-wf-0", "", r.CheckpointID, []Write{{TaskID: "t", Channel: "c", Value: []byte(`1`)}})
+	require.NoError(t, err)
+	_, err = s.Configure(ctx, "fixture-wf-1", &Retention{KeepLast: 1})
+	require.NoError(t, err)
+	r = mustSave(t, s, SaveRequest{WorkflowID: "fixture-wf-1"})
+	require.Equal(t, []string{"fixture-ckpt-1", "fixture-ckpt-3", "fixture-ckpt-5"}, r.Pruned)
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	s := openTest(t)
+	path := s.Path()
+	require.NoError(t, s.Close())
+	_, err := rawDB(t, path).Exec(fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion+7))
+	require.NoError(t, err)
+	_, err = Open(context.Background(), Options{Path: path, noBackground: true})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), fmt.Sprint(SchemaVersion+7))
+	require.Contains(t, err.Error(), fmt.Sprintf("(%d)", SchemaVersion))
+}
+
+func TestOpenRefusesBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.db")
+	s, err := Open(context.Background(), Options{Path: good, noBackground: true})
+	require.NoError(t, err)
+	mustSave(t, s, SaveRequest{WorkflowID: "w", State: []byte(`{"x":1}`)})
+	require.NoError(t, s.Close())
+	goodBytes, err := os.ReadFile(good)
+	require.NoError(t, err)
+	require.Zero(t, len(goodBytes)%4096)
+
+	foreign := filepath.Join(dir, "foreign.db")
+	db, err := sql.Open("sqlite", foreign)
+	require.NoError(t, err)
+	_, err = db.Exec("CREATE TABLE t(x)")
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	for _, tc := range []struct {
+		name    string
+		content []byte
+		path    string
+		want    string
+	}{
+		{"empty", []byte{}, "", "empty file"},
+		{"text", []byte("this is my precious text file, not a database at all. " + strings.Repeat("x", 200)), "", "not a SQLite database"},
+		{"short", []byte("SQLite"), "", "not a SQLite database"},
+		{"header only", goodBytes[:50], "", "truncated"},
+		{"truncated", goodBytes[:len(goodBytes)-100], "", "truncated"},
+		{"less than a page", goodBytes[:1000], "", "truncated"},
+		{"foreign sqlite", nil, foreign, "not a ckptd database"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.path
+			if p == "" {
+				p = filepath.Join(dir, tc.name+".db")
+				require.NoError(t, os.WriteFile(p, tc.content, 0o600))
+			}
+			before, err := os.ReadFile(p)
+			require.NoError(t, err)
+			_, err = Open(context.Background(), Options{Path: p, noBackground: true})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			after, err := os.ReadFile(p)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(before, after), "file untouched")
+		})
+	}
+}
+
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	path := filepath.Join(dir, "ckptd.db")
+	s, err := Open(context.Background(), Options{Path: path, noBackground: true})
+	require.NoError(t, err)
+	mustSave(t, s, SaveRequest{WorkflowID: "w"})
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	di, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), di.Mode().Perm())
+	fi, err = os.Stat(path + "-wal")
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	var av int
+	require.NoError(t, s.rdb.QueryRow("PRAGMA auto_vacuum").Scan(&av))
+	require.Equal(t, 2, av, "auto_vacuum=INCREMENTAL")
+	require.NoError(t, s.Close())
+	// reopen works, a second Close is harmless
+	s, err = Open(context.Background(), Options{Path: path, noBackground: true})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	_, err = s.Save(context.Background(), SaveRequest{WorkflowID: "w"})
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = s.Delete(context.Background(), "x")
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = Open(context.Background(), Options{Path: path, Durability: "fast"})
+	var ie *InvalidError
+	require.ErrorAs(t, err, &ie)
+}

@@ -1,0 +1,582 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// summaryCols are the checkpoint columns of a Summary, in scanSummary's order.
+const summaryCols = `c.id, c.checkpoint_id, c.workflow_id, c.namespace, c.seq, c.parent_id, c.phase, c.step, c.step_name,
+	c.error, c.workflow_hash, c.metadata, c.created_at, c.state_type, c.size, c.stored_size, c.state_hash,
+	c.completed_count, c.pending_count, c.format_version`
+
+type summaryScan struct {
+	rowid                               int64
+	parent, stepName, errJSON, wfHash   sql.NullString
+	phase, stateType                    string
+	meta, hash                          []byte
+	created                             int64
+	completedN, pendingN, formatVersion int64
+	sm                                  Summary
+}
+
+func (x *summaryScan) dest() []any {
+	return []any{&x.rowid, &x.sm.CheckpointID, &x.sm.WorkflowID, &x.sm.Namespace, &x.sm.Seq, &x.parent, &x.phase,
+		&x.sm.Step, &x.stepName, &x.errJSON, &x.wfHash, &x.meta, &x.created, &x.stateType, &x.sm.SizeBytes,
+		&x.sm.StoredBytes, &x.hash, &x.completedN, &x.pendingN, &x.formatVersion}
+}
+
+// finish fills sm from the scanned columns; a stored value that does not decode is corruption.
+func (x *summaryScan) finish() (Summary, error) {
+	sm := x.sm
+	sm.ParentID = x.parent.String
+	sm.Phase = Phase(x.phase)
+	sm.StepName = x.stepName.String
+	sm.WorkflowHash = x.wfHash.String
+	if len(x.meta) > 0 {
+		sm.Metadata = json.RawMessage(bytes.Clone(x.meta))
+	}
+	sm.CreatedAt = time.UnixMicro(x.created).UTC()
+	sm.StateType = StateType(x.stateType)
+	if x.hash != nil {
+		sm.SHA256 = hex.EncodeToString(x.hash)
+	}
+	sm.CompletedTaskCount = int(x.completedN)
+	sm.PendingTaskCount = int(x.pendingN)
+	sm.FormatVersion = int(x.formatVersion)
+	if x.errJSON.Valid {
+		var e StepError
+		if err := json.Unmarshal([]byte(x.errJSON.String), &e); err != nil {
+			return sm, &CorruptError{CheckpointID: sm.CheckpointID, Reason: "stored error does not decode: " + err.Error()}
+		}
+		sm.Error = &e
+	}
+	return sm, nil
+}
+
+// retryRead runs a read, retrying while the database is busy, and wraps errors.
+func (s *Store) retryRead(ctx context.Context, op string, f func() error) error {
+	if err := s.retry(ctx, f); err != nil {
+		var ce *CorruptError
+		if errors.As(err, &ce) || errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return wrapDB(op, err)
+	}
+	return nil
+}
+
+const loadQuery = `SELECT ` + summaryCols + `, c.completed_tasks, c.pending_tasks, s.encoding, s.size, s.data
+	FROM checkpoints c LEFT JOIN states s ON s.hash = c.state_hash WHERE `
+
+// loadOne reads and verifies one checkpoint by rowid or checkpoint id inside tx.
+func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) (Checkpoint, error) {
+	rows, err := tx.QueryContext(ctx, loadQuery+where, arg)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Checkpoint{}, err
+		}
+		return Checkpoint{}, fmt.Errorf("checkpoint %v: %w", arg, ErrNotFound)
+	}
+	var x summaryScan
+	var completed, pending []byte
+	var enc, size sql.NullInt64
+	var data sql.RawBytes
+	if err := rows.Scan(append(x.dest(), &completed, &pending, &enc, &size, &data)...); err != nil {
+		if sqliteCode(err) == 11 { // SQLITE_CORRUPT
+			return Checkpoint{}, &CorruptError{CheckpointID: fmt.Sprint(arg), Reason: err.Error()}
+		}
+		return Checkpoint{}, err
+	}
+	sm, err := x.finish()
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	cp := Checkpoint{Summary: sm}
+	if len(completed) > 0 {
+		cp.CompletedTasks = json.RawMessage(completed)
+	}
+	if len(pending) > 0 {
+		cp.PendingTasks = json.RawMessage(pending)
+	}
+	if sm.StateType != StateNone {
+		if x.hash == nil {
+			return Checkpoint{}, &CorruptError{CheckpointID: sm.CheckpointID, Reason: "state hash missing"}
+		}
+		if !enc.Valid {
+			return Checkpoint{}, &CorruptError{CheckpointID: sm.CheckpointID, Reason: "state blob missing"}
+		}
+		state, err := s.codec.decode(data, int(enc.Int64), size.Int64)
+		if err != nil {
+			return Checkpoint{}, &CorruptError{CheckpointID: sm.CheckpointID, Reason: "state does not decode: " + err.Error()}
+		}
+		if sum := sha256.Sum256(state); !bytes.Equal(sum[:], x.hash) {
+			return Checkpoint{}, &CorruptError{CheckpointID: sm.CheckpointID, Reason: "state SHA-256 mismatch"}
+		}
+		if int64(len(state)) != sm.SizeBytes {
+			return Checkpoint{}, &CorruptError{CheckpointID: sm.CheckpointID, Reason: "state size mismatch"}
+		}
+		cp.State = state
+	}
+	if err := rows.Close(); err != nil {
+		return Checkpoint{}, err
+	}
+	cp.PendingWrites, err = s.readWrites(ctx, tx, sm.CheckpointID)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	return cp, nil
+}
+
+func (s *Store) readWrites(ctx context.Context, tx *sql.Tx, checkpointID string) ([]Write, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT task_id, task_path, idx, channel, type, is_bytes, value FROM writes
+		WHERE checkpoint_id = ? ORDER BY task_id, idx`, checkpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Write
+	for rows.Next() {
+		var w Write
+		var typ sql.NullString
+		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &typ, &w.IsBytes, &w.Value); err != nil {
+			return nil, err
+		}
+		w.Type = typ.String
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	return s.retry(ctx, func() error {
+		tx, err := s.rdb.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		return f(tx)
+	})
+}
+
+// Load returns the verified checkpoint checkpointID. A checkpoint that fails verification gives
+// a *CorruptError; an unknown one ErrNotFound.
+func (s *Store) Load(ctx context.Context, checkpointID string) (Checkpoint, error) {
+	var cp Checkpoint
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		cp, err = s.loadOne(ctx, tx, "c.checkpoint_id = ?", checkpointID)
+		return err
+	})
+	if err != nil {
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			if ce.CheckpointID == "" {
+				ce.CheckpointID = checkpointID
+			}
+			return Checkpoint{}, err
+		case errors.Is(err, ErrNotFound):
+			return Checkpoint{}, fmt.Errorf("checkpoint %q: %w", checkpointID, ErrNotFound)
+		}
+		return Checkpoint{}, wrapDB(fmt.Sprintf("load checkpoint %q", checkpointID), err)
+	}
+	return cp, nil
+}
+
+// LoadLatest returns the newest (highest seq) intact checkpoint of (workflowID, namespace),
+// listing newer corrupt ones it skipped in RecoveredFrom. ErrNotFound if there is none; if every
+// one is corrupt, the *CorruptError of the newest.
+func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (LoadResult, error) {
+	var res LoadResult
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		res = LoadResult{}
+		rows, err := tx.QueryContext(ctx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
+			ORDER BY seq DESC`, workflowID, namespace)
+		if err != nil {
+			return err
+		}
+		var refs []ckRef
+		for rows.Next() {
+			var r ckRef
+			if err := rows.Scan(&r.rowid, &r.id); err != nil {
+				rows.Close()
+				return err
+			}
+			refs = append(refs, r)
+			if len(refs) == 1 {
+				break // usually the newest is intact: read more only if needed
+			}
+		}
+		rows.Close()
+		if len(refs) == 0 {
+			return fmt.Errorf("workflow %q namespace %q has no checkpoints: %w", workflowID, namespace, ErrNotFound)
+		}
+		var first *CorruptError
+		fetchedAll := false
+		for i := 0; ; i++ {
+			if i == len(refs) {
+				if fetchedAll {
+					break
+				}
+				fetchedAll = true
+				more, err := s.refsAfter(ctx, tx, workflowID, namespace, refs[0].rowid)
+				if err != nil {
+					return err
+				}
+				refs = append(refs, more...)
+				if i == len(refs) {
+					break
+				}
+			}
+			cp, err := s.loadOne(ctx, tx, "c.id = ?", refs[i].rowid)
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				ce.CheckpointID = refs[i].id
+				if first == nil {
+					first = ce
+				}
+				res.RecoveredFrom = append(res.RecoveredFrom, Recovery{CheckpointID: refs[i].id, Reason: ce.Reason})
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			res.Checkpoint = cp
+			return nil
+		}
+		return first
+	})
+	if err != nil {
+		var ce *CorruptError
+		if errors.As(err, &ce) || errors.Is(err, ErrNotFound) {
+			return LoadResult{}, err
+		}
+		return LoadResult{}, wrapDB(fmt.Sprintf("load latest of workflow %q", workflowID), err)
+	}
+	if len(res.RecoveredFrom) > 0 {
+		s.log.Warn("ckptd store: skipped corrupt checkpoints", "workflowId", workflowID, "recoveredFrom", res.RecoveredFrom,
+			"loaded", res.CheckpointID)
+	}
+	return res, nil
+}
+
+func (s *Store) refsAfter(ctx context.Context, tx *sql.Tx, wf, ns string, rowid int64) ([]ckRef, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
+		AND seq < (SELECT seq FROM checkpoints WHERE id = ?) ORDER BY seq DESC`, wf, ns, rowid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var refs []ckRef
+	for rows.Next() {
+		var r ckRef
+		if err := rows.Scan(&r.rowid, &r.id); err != nil {
+			return nil, err
+		}
+		refs = append(refs, r)
+	}
+	return refs, rows.Err()
+}
+
+// Maximum List limit.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// listQuery builds the SQL for f. Every shape walks an index in the ORDER BY order (no temp
+// b-tree): within a workflow seq order equals save (rowid) order, which lets metadata queries
+// order by the rowid stored in checkpoint_meta.
+func listQuery(f ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bool) (string, []any, error) {
+	var where []string
+	var args []any
+	add := func(cond string, a ...any) {
+		where = append(where, cond)
+		args = append(args, a...)
+	}
+	type kv struct{ k, v string }
+	var meta []kv
+	for k, raw := range f.Metadata {
+		c, err := canonicalJSON(raw)
+		if err != nil {
+			return "", nil, invalid("metadata", "key %q: %v", k, err)
+		}
+		meta = append(meta, kv{k, c})
+	}
+	sort.Slice(meta, func(a, b int) bool { return meta[a].k < meta[b].k })
+
+	var from, order string
+	switch {
+	case f.WorkflowID != "":
+		if f.Namespace != nil {
+			from = `checkpoints c INDEXED BY checkpoints_wf_ns_seq`
+			add(`c.workflow_id = ?`, f.WorkflowID)
+			add(`c.namespace = ?`, *f.Namespace)
+		} else {
+			from = `checkpoints c INDEXED BY checkpoints_wf_seq`
+			add(`c.workflow_id = ?`, f.WorkflowID)
+		}
+		order = `c.seq DESC`
+		if f.Before != "" {
+			if beforeSameWf {
+				add(`c.seq < ?`, beforeSeq)
+			} else {
+				add(`c.id < ?`, beforeRowid)
+			}
+		}
+		for _, m := range meta {
+			add(`EXISTS (SELECT 1 FROM checkpoint_meta m WHERE m.key = ? AND m.value = ? AND m.ckpt = c.id)`, m.k, m.v)
+		}
+	case len(meta) > 0:
+		from = `checkpoint_meta m0 CROSS JOIN checkpoints c`
+		add(`m0.key = ?`, meta[0].k)
+		add(`m0.value = ?`, meta[0].v)
+		add(`c.id = m0.ckpt`)
+		order = `m0.ckpt DESC`
+		if f.Before != "" {
+			add(`m0.ckpt < ?`, beforeRowid)
+		}
+		if f.Namespace != nil {
+			add(`c.namespace = ?`, *f.Namespace)
+		}
+		for _, m := range meta[1:] {
+			add(`EXISTS (SELECT 1 FROM checkpoint_meta m WHERE m.key = ? AND m.value = ? AND m.ckpt = c.id)`, m.k, m.v)
+		}
+	case f.Namespace != nil:
+		from = `checkpoints c INDEXED BY checkpoints_ns_id`
+		add(`c.namespace = ?`, *f.Namespace)
+		order = `c.id DESC`
+		if f.Before != "" {
+			add(`c.id < ?`, beforeRowid)
+		}
+	case f.Phase != "":
+		from = `checkpoints c INDEXED BY checkpoints_phase_id`
+		order = `c.id DESC`
+		if f.Before != "" {
+			add(`c.id < ?`, beforeRowid)
+		}
+	default:
+		from = `checkpoints c`
+		order = `c.id DESC`
+		if f.Before != "" {
+			add(`c.id < ?`, beforeRowid)
+		}
+	}
+	if f.Phase != "" {
+		add(`c.phase = ?`, string(f.Phase))
+	}
+	q := `SELECT ` + summaryCols + ` FROM ` + from
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY ` + order + ` LIMIT ?`
+	args = append(args, f.Limit)
+	return q, args, nil
+}
+
+// List returns checkpoint summaries newest first (by seq within a workflow, by save order across
+// workflows). Limit defaults to 100 and is capped at 10000.
+func (s *Store) List(ctx context.Context, f ListFilter) ([]Summary, error) {
+	if f.Limit <= 0 {
+		f.Limit = DefaultListLimit
+	}
+	if f.Limit > MaxListLimit {
+		f.Limit = MaxListLimit
+	}
+	if f.Phase != "" && !f.Phase.Valid() {
+		return nil, invalid("phase", "%q is not one of before_step, completed, failed, interrupted", string(f.Phase))
+	}
+	var out []Summary
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		out = nil
+		var bRowid, bSeq int64
+		same := false
+		if f.Before != "" {
+			var wf string
+			err := tx.QueryRowContext(ctx, `SELECT id, seq, workflow_id FROM checkpoints WHERE checkpoint_id = ?`, f.Before).
+				Scan(&bRowid, &bSeq, &wf)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("before: checkpoint %q: %w", f.Before, ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			same = wf == f.WorkflowID
+		}
+		q, args, err := listQuery(f, bRowid, bSeq, same)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var x summaryScan
+			if err := rows.Scan(x.dest()...); err != nil {
+				return err
+			}
+			sm, err := x.finish()
+			if err != nil {
+				s.log.Warn("ckptd store: corrupt checkpoint summary", "checkpointId", sm.CheckpointID, "err", err)
+				sm.Error = &StepError{Message: "(corrupt: " + err.Error() + ")"}
+			}
+			out = append(out, sm)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		var ie *InvalidError
+		if errors.As(err, &ie) || errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, wrapDB("list checkpoints", err)
+	}
+	return out, nil
+}
+
+// summaryByRowid reads one summary (no verification).
+func summaryByRowid(ctx context.Context, tx *sql.Tx, rowid int64) (Summary, error) {
+	var x summaryScan
+	if err := tx.QueryRowContext(ctx, `SELECT `+summaryCols+` FROM checkpoints c WHERE c.id = ?`, rowid).Scan(x.dest()...); err != nil {
+		return Summary{}, err
+	}
+	sm, err := x.finish()
+	if err != nil {
+		sm.Error = &StepError{Message: "(corrupt: " + err.Error() + ")"}
+	}
+	return sm, nil
+}
+
+// Workflows summarises every workflow; resumableOnly keeps those with checkpoints that are not
+// completed. Ordered by most recently updated first.
+func (s *Store) Workflows(ctx context.Context, resumableOnly bool) ([]WorkflowInfo, error) {
+	var out []WorkflowInfo
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, `SELECT w.workflow_id, w.updated_at, w.completed_at,
+			(SELECT count(*) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
+			(SELECT coalesce(sum(c.stored_size), 0) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
+			(SELECT c.id FROM checkpoints c WHERE c.workflow_id = w.workflow_id ORDER BY c.seq DESC LIMIT 1)
+			FROM workflows w ORDER BY w.updated_at DESC, w.workflow_id`)
+		if err != nil {
+			return err
+		}
+		type row struct {
+			info   WorkflowInfo
+			latest sql.NullInt64
+		}
+		var rs []row
+		for rows.Next() {
+			var r row
+			var updated int64
+			var completed sql.NullInt64
+			if err := rows.Scan(&r.info.WorkflowID, &updated, &completed, &r.info.Count, &r.info.StoredBytes, &r.latest); err != nil {
+				rows.Close()
+				return err
+			}
+			r.info.UpdatedAt = time.UnixMicro(updated).UTC()
+			r.info.Completed = completed.Valid
+			r.info.Resumable = r.info.Count > 0 && !completed.Valid
+			if resumableOnly && !r.info.Resumable {
+				continue
+			}
+			rs = append(rs, r)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.latest.Valid {
+				sm, err := summaryByRowid(ctx, tx, r.latest.Int64)
+				if err != nil {
+					return err
+				}
+				r.info.Latest = &sm
+			}
+			out = append(out, r.info)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapDB("list workflows", err)
+	}
+	return out, nil
+}
+
+// PutWrites stores pending writes of a task against checkpointID (which must exist in
+// workflowID). idx >= 0: stored once (a repeat is ignored); idx < 0: replaced. stored counts rows
+// inserted or replaced.
+func (s *Store) PutWrites(ctx context.Context, workflowID, namespace, checkpointID string, writes []Write) (int, error) {
+	if workflowID == "" {
+		return 0, invalid("workflowId", "required")
+	}
+	if checkpointID == "" {
+		return 0, invalid("checkpointId", "required")
+	}
+	for i, w := range writes {
+		if w.TaskID == "" {
+			return 0, invalid(fmt.Sprintf("writes[%d].taskId", i), "required")
+		}
+		if w.Channel == "" {
+			return 0, invalid(fmt.Sprintf("writes[%d].channel", i), "required")
+		}
+	}
+	stored := 0
+	err := s.do(ctx, func(ctx context.Context, w *wtx) error {
+		stored = 0
+		var wf string
+		err := w.queryRow(ctx, `SELECT workflow_id FROM checkpoints WHERE checkpoint_id = ?`, checkpointID).Scan(&wf)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("checkpoint %q: %w", checkpointID, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if wf != workflowID {
+			return fmt.Errorf("checkpoint %q belongs to workflow %q: %w", checkpointID, wf, ErrConflict)
+		}
+		for _, wr := range writes {
+			verb := "INSERT OR IGNORE"
+			if wr.Idx < 0 {
+				verb = "INSERT OR REPLACE"
+			}
+			var value any
+			if wr.Value != nil {
+				value = wr.Value
+			}
+			res, err := w.exec(ctx, verb+` INTO writes(checkpoint_id, task_id, idx, workflow_id, namespace, channel, type,
+				task_path, is_bytes, value) VALUES (?,?,?,?,?,?,?,?,?,?)`, checkpointID, wr.TaskID, wr.Idx, workflowID,
+				namespace, wr.Channel, nullStr(wr.Type), wr.TaskPath, wr.IsBytes, value)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				stored++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, wrapDB(fmt.Sprintf("put writes for checkpoint %q", checkpointID), err)
+	}
+	return stored, nil
+}

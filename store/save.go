@@ -1,0 +1,459 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+const (
+	maxWorkflowIDBytes   = 512
+	maxCheckpointIDBytes = 256
+	parallelHashMin      = 64 << 10 // hash and compress concurrently above this size
+)
+
+var osStat = os.Stat
+
+// saveJob is a save plus everything computed before it reaches the writer.
+type saveJob struct {
+	req SaveRequest
+	err error // validation failure: reported without touching the database
+
+	id          string
+	hasState    bool
+	stateType   StateType
+	sha         []byte // sha256 of req.State
+	data        []byte // stored bytes (compressed or raw)
+	enc         int
+	errJSON     []byte
+	meta        [][2]string // canonical top-level metadata key/value pairs
+	metaRaw     []byte
+	completedN  int
+	pendingN    int
+	contentHash []byte
+
+	res SaveResult
+}
+
+// Pending is an accepted save; Wait returns its result once it is committed.
+type Pending struct {
+	j *job
+}
+
+// Wait blocks until the save is committed (or failed) or ctx ends. A save whose Wait gave up on
+// ctx is still committed.
+func (p *Pending) Wait(ctx context.Context) (SaveResult, error) {
+	select {
+	case <-p.j.done:
+	case <-ctx.Done():
+		select {
+		case <-p.j.done:
+		default:
+			return SaveResult{}, ctx.Err()
+		}
+	}
+	if p.j.err != nil {
+		return SaveResult{}, p.j.err
+	}
+	return p.j.save.res, nil
+}
+
+// Done is closed once the save is committed or failed.
+func (p *Pending) Done() <-chan struct{} { return p.j.done }
+
+// Save stores a checkpoint and returns once it is committed.
+func (s *Store) Save(ctx context.Context, req SaveRequest) (SaveResult, error) {
+	return s.Enqueue(req).Wait(ctx)
+}
+
+// Enqueue accepts a save without blocking. Saves are committed in Enqueue order. The state is
+// hashed and compressed on its own goroutine while earlier saves commit.
+func (s *Store) Enqueue(req SaveRequest) *Pending {
+	sj := &saveJob{req: req}
+	j := &job{save: sj, ready: make(chan struct{}), done: make(chan struct{})}
+	if !s.push(j) {
+		j.err = fmt.Errorf("save: %w", ErrClosed)
+		close(j.ready)
+		close(j.done)
+		return &Pending{j: j}
+	}
+	go func() {
+		defer close(j.ready)
+		defer func() {
+			if r := recover(); r != nil {
+				sj.err = fmt.Errorf("save: internal error preparing checkpoint: %v", r)
+			}
+		}()
+		sj.err = s.prepare(sj)
+	}()
+	return &Pending{j: j}
+}
+
+// prepare validates the request and computes hashes, compressed bytes and metadata index rows.
+func (s *Store) prepare(sj *saveJob) error {
+	r := &sj.req
+	if r.WorkflowID == "" {
+		return invalid("workflowId", "required")
+	}
+	if len(r.WorkflowID) > maxWorkflowIDBytes {
+		return invalid("workflowId", "longer than %d bytes", maxWorkflowIDBytes)
+	}
+	if len(r.CheckpointID) > maxCheckpointIDBytes {
+		return invalid("checkpointId", "longer than %d bytes", maxCheckpointIDBytes)
+	}
+	if r.Phase == "" {
+		r.Phase = PhaseCompleted
+	}
+	if !r.Phase.Valid() {
+		return invalid("phase", "%q is not one of before_step, completed, failed, interrupted", string(r.Phase))
+	}
+	if r.Step < 0 {
+		return invalid("step", "must be >= 0")
+	}
+	switch r.StateType {
+	case "":
+		if r.State == nil {
+			sj.stateType = StateNone
+		} else {
+			sj.stateType = StateJSON
+		}
+	case StateNone:
+		if len(r.State) > 0 {
+			return invalid("stateType", "none, but state bytes were given")
+		}
+		sj.stateType = StateNone
+	case StateJSON, StateBytes:
+		sj.stateType = r.StateType
+	default:
+		return invalid("stateType", "%q is not json or bytes", string(r.StateType))
+	}
+	if sj.stateType == StateJSON && len(bytes.TrimSpace(r.State)) == 0 {
+		return invalid("state", "empty JSON state")
+	}
+	sj.hasState = sj.stateType != StateNone
+	if n := int64(len(r.State)); n > s.opts.MaxStateBytes {
+		return fmt.Errorf("save %s: %w", r.WorkflowID, &TooLargeError{Limit: s.opts.MaxStateBytes, Size: n})
+	} else if n > warnStateBytes {
+		s.log.Warn("ckptd store: large checkpoint state", "workflowId", r.WorkflowID, "bytes", n)
+	}
+	var ok, null bool
+	if sj.completedN, null, ok = countArray(r.CompletedTasks); !ok {
+		return invalid("completedTasks", "not a JSON array")
+	} else if null {
+		r.CompletedTasks = nil
+	}
+	if sj.pendingN, null, ok = countArray(r.PendingTasks); !ok {
+		return invalid("pendingTasks", "not a JSON array")
+	} else if null {
+		r.PendingTasks = nil
+	}
+	if err := sj.prepareMetadata(); err != nil {
+		return err
+	}
+	if r.Error != nil {
+		b, err := json.Marshal(r.Error)
+		if err != nil {
+			return invalid("error", "%v", err)
+		}
+		sj.errJSON = b
+	}
+	if r.CheckpointID == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("save: new checkpoint id: %w", err)
+		}
+		sj.id = u.String()
+	} else {
+		sj.id = r.CheckpointID
+	}
+
+	if sj.hasState {
+		threshold := s.opts.CompressThreshold
+		if threshold < 0 {
+			threshold = len(r.State)
+		}
+		if len(r.State) >= parallelHashMin && len(r.State) > threshold {
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sum := sha256.Sum256(r.State)
+				sj.sha = sum[:]
+			}()
+			sj.data, sj.enc = s.codec.compress(r.State, threshold)
+			wg.Wait()
+		} else {
+			sum := sha256.Sum256(r.State)
+			sj.sha = sum[:]
+			sj.data, sj.enc = s.codec.compress(r.State, threshold)
+		}
+	}
+
+	h := newContentHasher()
+	h.str(r.WorkflowID)
+	h.str(r.Namespace)
+	h.str(r.ParentID)
+	h.str(string(r.Phase))
+	h.int(r.Step)
+	h.str(r.StepName)
+	h.bytes(sj.errJSON)
+	h.str(string(sj.stateType))
+	h.bytes(sj.sha)
+	h.bytes(r.CompletedTasks)
+	h.bytes(r.PendingTasks)
+	h.str(r.WorkflowHash)
+	h.int(int64(len(sj.meta)))
+	for _, kv := range sj.meta {
+		h.str(kv[0])
+		h.str(kv[1])
+	}
+	sj.contentHash = h.sum()
+	return nil
+}
+
+func (sj *saveJob) prepareMetadata() error {
+	raw := bytes.TrimSpace(sj.req.Metadata)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	if raw[0] != '{' {
+		return invalid("metadata", "not a JSON object")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return invalid("metadata", "not a JSON object: %v", err)
+	}
+	sj.meta = make([][2]string, 0, len(m))
+	for k, v := range m {
+		c, err := canonicalJSON(v)
+		if err != nil {
+			return invalid("metadata", "key %q: %v", k, err)
+		}
+		sj.meta = append(sj.meta, [2]string{k, c})
+	}
+	sort.Slice(sj.meta, func(a, b int) bool { return sj.meta[a][0] < sj.meta[b][0] })
+	sj.metaRaw = raw
+	return nil
+}
+
+// writeStmts are the writer connection's prepared statements for the save path.
+type writeStmts struct {
+	existing, upsertWf, selState, insState, insCkpt, insMeta, retItems *sql.Stmt
+	delMeta, delWrites, delCkpt, delState                              *sql.Stmt
+}
+
+func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
+	ws := &writeStmts{}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&ws.existing, `SELECT workflow_id, content_hash, seq, created_at, size, stored_size, state_hash, dedup
+			FROM checkpoints WHERE checkpoint_id = ?`},
+		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at) VALUES (?1, 2, ?2, ?2)
+			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = ?2, completed_at = NULL
+			RETURNING next_seq - 1, retention`},
+		{&ws.selState, `SELECT stored_size FROM states WHERE hash = ?`},
+		{&ws.insState, `INSERT INTO states(hash, encoding, size, stored_size, data) VALUES (?, ?, ?, ?, ?)`},
+		{&ws.insCkpt, `INSERT INTO checkpoints(checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step,
+			step_name, error, state_type, state_hash, size, stored_size, dedup, completed_count, pending_count,
+			workflow_hash, created_at, format_version, content_hash, metadata, completed_tasks, pending_tasks)
+			VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`},
+		{&ws.insMeta, `INSERT INTO checkpoint_meta(key, value, ckpt) VALUES (?, ?, ?)`},
+		{&ws.retItems, `SELECT id, seq, checkpoint_id, created_at FROM checkpoints
+			WHERE workflow_id = ? AND namespace = ? ORDER BY seq`},
+		{&ws.delMeta, `DELETE FROM checkpoint_meta WHERE ckpt = ?`},
+		{&ws.delWrites, `DELETE FROM writes WHERE checkpoint_id = ?`},
+		{&ws.delCkpt, `DELETE FROM checkpoints WHERE id = ? RETURNING state_hash`},
+		{&ws.delState, `DELETE FROM states WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE state_hash = ?1)`},
+	} {
+		st, err := c.PrepareContext(ctx, p.q)
+		if err != nil {
+			ws.close()
+			return nil, fmt.Errorf("prepare %q: %w", p.q, err)
+		}
+		*p.dst = st
+	}
+	return ws, nil
+}
+
+func (ws *writeStmts) close() {
+	for _, st := range []*sql.Stmt{ws.existing, ws.upsertWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
+		ws.retItems, ws.delMeta, ws.delWrites, ws.delCkpt, ws.delState} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// runSave executes one prepared save inside the writer's transaction.
+func (s *Store) runSave(ctx context.Context, w *wtx, sj *saveJob) error {
+	ws := s.ws
+	r := &sj.req
+	var (
+		exWf                          string
+		exHash, exState               []byte
+		exSeq, exCreated, exSz, exSto int64
+		exDedup                       bool
+	)
+	err := ws.existing.QueryRowContext(ctx, sj.id).Scan(&exWf, &exHash, &exSeq, &exCreated, &exSz, &exSto, &exState, &exDedup)
+	switch {
+	case err == nil:
+		if exWf != r.WorkflowID {
+			return fmt.Errorf("checkpoint %q belongs to workflow %q: %w", sj.id, exWf, ErrConflict)
+		}
+		if !bytes.Equal(exHash, sj.contentHash) {
+			return fmt.Errorf("checkpoint %q already saved with different content: %w", sj.id, ErrConflict)
+		}
+		sj.res = SaveResult{CheckpointID: sj.id, Seq: exSeq, CreatedAt: time.UnixMicro(exCreated).UTC(),
+			SizeBytes: exSz, StoredBytes: exSto, SHA256: hex.EncodeToString(exState), Deduplicated: exDedup, Existing: true}
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return err
+	}
+
+	now := s.now()
+	micros := now.UnixMicro()
+	var seq int64
+	var retJSON sql.NullString
+	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros).Scan(&seq, &retJSON); err != nil {
+		return err
+	}
+	var stored int64
+	dedup := false
+	if sj.hasState {
+		err := ws.selState.QueryRowContext(ctx, sj.sha).Scan(&stored)
+		switch {
+		case err == nil:
+			dedup = true
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := ws.insState.ExecContext(ctx, sj.sha, sj.enc, len(r.State), len(sj.data), sj.data); err != nil {
+				return err
+			}
+			stored = int64(len(sj.data))
+		default:
+			return err
+		}
+	}
+	var rowid int64
+	if err := ws.insCkpt.QueryRowContext(ctx, sj.id, r.WorkflowID, r.Namespace, seq, nullStr(r.ParentID), string(r.Phase),
+		r.Step, nullStr(r.StepName), nullBytes(sj.errJSON), string(sj.stateType), nullBytes(sj.sha), len(r.State), stored,
+		dedup, sj.completedN, sj.pendingN, nullStr(r.WorkflowHash), micros, FormatVersion, sj.contentHash,
+		nullBytes(sj.metaRaw), nullBytes([]byte(r.CompletedTasks)), nullBytes([]byte(r.PendingTasks))).Scan(&rowid); err != nil {
+		return err
+	}
+	for _, kv := range sj.meta {
+		if _, err := ws.insMeta.ExecContext(ctx, kv[0], kv[1], rowid); err != nil {
+			return err
+		}
+	}
+	sj.res = SaveResult{CheckpointID: sj.id, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
+		StoredBytes: stored, SHA256: hex.EncodeToString(sj.sha), Deduplicated: dedup}
+
+	ret := s.defRet
+	if retJSON.Valid {
+		if err := json.Unmarshal([]byte(retJSON.String), &ret); err != nil {
+			s.log.Warn("ckptd store: bad stored retention, using default", "workflowId", r.WorkflowID, "err", err)
+			ret = s.defRet
+		}
+	}
+	if ret.KeepLast > 0 || ret.MaxAgeSeconds > 0 {
+		pruned, err := s.applyRetention(ctx, w, r.WorkflowID, r.Namespace, ret, now)
+		if err != nil {
+			return err
+		}
+		if len(pruned) > 0 {
+			sj.res.Pruned = pruned
+			wf := r.WorkflowID
+			w.after(func() {
+				s.deletes.Add(uint64(len(pruned)))
+				s.notifyPruned(wf, pruned, "retention")
+			})
+		}
+	}
+	return nil
+}
+
+// applyRetention deletes what r selects among (workflow, namespace)'s checkpoints.
+func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r Retention, now time.Time) ([]string, error) {
+	rows, err := s.ws.retItems.QueryContext(ctx, wf, ns)
+	if err != nil {
+		return nil, err
+	}
+	var items []RetentionItem
+	rowids := map[string]int64{}
+	for rows.Next() {
+		var it RetentionItem
+		var id, created int64
+		if err := rows.Scan(&id, &it.Seq, &it.ID, &created); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		it.CreatedAt = time.UnixMicro(created)
+		items = append(items, it)
+		rowids[it.ID] = id
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	expired := SelectExpired(items, r, now)
+	for _, id := range expired {
+		if _, err := s.deleteCheckpoint(ctx, w, rowids[id], id); err != nil {
+			return nil, err
+		}
+	}
+	return expired, nil
+}
+
+// deleteCheckpoint removes one checkpoint, its metadata rows, its pending writes and its state
+// blob if nothing else refers to it.
+func (s *Store) deleteCheckpoint(ctx context.Context, w *wtx, rowid int64, checkpointID string) (bool, error) {
+	ws := s.ws
+	if _, err := ws.delMeta.ExecContext(ctx, rowid); err != nil {
+		return false, err
+	}
+	if _, err := ws.delWrites.ExecContext(ctx, checkpointID); err != nil {
+		return false, err
+	}
+	var hash []byte
+	if err := ws.delCkpt.QueryRowContext(ctx, rowid).Scan(&hash); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return false, err
+	}
+	if hash != nil {
+		if _, err := ws.delState.ExecContext(ctx, hash); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// applicationID marks a SQLite file as a ckptd database (PRAGMA application_id, "ckpt").
+const applicationID = 0x636b7074
+
+// FormatVersion is the checkpoint format version this build writes (checkpoints.format_version).
+const FormatVersion = 1
+
+// migrations[i] brings the schema from user_version i to i+1. Append only: never edit a released
+// step. Each step runs in its own IMMEDIATE transaction together with the user_version bump.
+var migrations = []string{
+	// 1: core schema: workflows, deduplicated states, checkpoints, metadata index.
+	`
+PRAGMA application_id = 1667985524;
+
+CREATE TABLE workflows (
+	workflow_id  TEXT PRIMARY KEY,
+	next_seq     INTEGER NOT NULL DEFAULT 1,
+	created_at   INTEGER NOT NULL,  -- unix micros
+	updated_at   INTEGER NOT NULL,  -- last save (unix micros)
+	completed_at INTEGER            -- NULL: not completed
+);
+
+-- State bytes, stored once per SHA-256 of the raw bytes as the client sent them.
+CREATE TABLE states (
+	id          INTEGER PRIMARY KEY,
+	hash        BLOB NOT NULL UNIQUE,  -- sha256 of the raw state (32 bytes)
+	encoding    INTEGER NOT NULL,      -- 0 raw, 1 zstd
+	size        INTEGER NOT NULL,      -- raw size
+	stored_size INTEGER NOT NULL,      -- length(data)
+	data        BLOB NOT NULL          -- last: nothing is read after it
+);
+
+CREATE TABLE checkpoints (
+	id              INTEGER PRIMARY KEY AUTOINCREMENT,  -- save order
+	checkpoint_id   TEXT NOT NULL UNIQUE,
+	workflow_id     TEXT NOT NULL,
+	namespace       TEXT NOT NULL,
+	seq             INTEGER NOT NULL,
+	parent_id       TEXT,
+	phase           TEXT NOT NULL,
+	step            INTEGER NOT NULL,
+	step_name       TEXT,
+	error           TEXT,               -- {"message","retryable"} or NULL
+	state_type      TEXT NOT NULL,      -- json | bytes | none
+	state_hash      BLOB,               -- states.hash, NULL for none
+	size            INTEGER NOT NULL,
+	stored_size     INTEGER NOT NULL,
+	dedup           INTEGER NOT NULL,   -- the state was already stored at save time
+	completed_count INTEGER NOT NULL,
+	pending_count   INTEGER NOT NULL,
+	workflow_hash   TEXT,
+	created_at      INTEGER NOT NULL,   -- unix micros
+	format_version  INTEGER NOT NULL,
+	content_hash    BLOB NOT NULL,      -- idempotency digest over every saved field
+	metadata        BLOB,               -- raw JSON object as sent
+	completed_tasks BLOB,               -- raw JSON array as sent
+	pending_tasks   BLOB                -- raw JSON array as sent (last: may be large)
+);
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints(workflow_id, seq);
+CREATE INDEX checkpoints_wf_ns_seq ON checkpoints(workflow_id, namespace, seq);
+CREATE INDEX checkpoints_ns_id ON checkpoints(namespace, id);
+CREATE INDEX checkpoints_phase_id ON checkpoints(phase, id);
+CREATE INDEX checkpoints_state ON checkpoints(state_hash);
+
+-- Top-level metadata keys for exact-match filters; value is canonical compact JSON.
+CREATE TABLE checkpoint_meta (
+	key   TEXT NOT NULL,
+	value TEXT NOT NULL,
+	ckpt  INTEGER NOT NULL,  -- checkpoints.id
+	PRIMARY KEY (key, value, ckpt)
+) WITHOUT ROWID;
+CREATE INDEX checkpoint_meta_ckpt ON checkpoint_meta(ckpt);
+`,
+	// 2: workflow configuration (retention, free config) and pending writes.
+	`
+ALTER TABLE workflows ADD COLUMN retention TEXT;  -- JSON Retention, NULL: server default
+ALTER TABLE workflows ADD COLUMN config TEXT;     -- free JSON object for later features
+
+CREATE TABLE writes (
+	checkpoint_id TEXT NOT NULL,
+	task_id       TEXT NOT NULL,
+	idx           INTEGER NOT NULL,
+	workflow_id   TEXT NOT NULL,
+	namespace     TEXT NOT NULL,
+	channel       TEXT NOT NULL,
+	type          TEXT,
+	task_path     TEXT NOT NULL,
+	is_bytes      INTEGER NOT NULL,
+	value         BLOB,
+	PRIMARY KEY (checkpoint_id, task_id, idx)
+);
+`,
+}
+
+// SchemaVersion is the user_version this build migrates databases to.
+var SchemaVersion = len(migrations)
+
+// checkSchema refuses databases this build must not touch: a newer schema version, another
+// application's database. It only reads.
+func checkSchema(ctx context.Context, conn *sql.Conn, retry func(context.Context, func() error) error) error {
+	var v, app int
+	if err := retry(ctx, func() error {
+		return conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	}); err != nil {
+		return wrapDB("read user_version", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this ckptd supports (%d): upgrade ckptd", v, len(migrations))
+	}
+	if err := retry(ctx, func() error {
+		return conn.QueryRowContext(ctx, "PRAGMA application_id").Scan(&app)
+	}); err != nil {
+		return wrapDB("read application_id", err)
+	}
+	if app != 0 && app != applicationID {
+		return fmt.Errorf("not a ckptd database (application_id %#x)", app)
+	}
+	if v == 0 {
+		var n int
+		if err := retry(ctx, func() error {
+			return conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n)
+		}); err != nil {
+			return wrapDB("read schema", err)
+		}
+		if n > 0 && app != applicationID {
+			return fmt.Errorf("not a ckptd database: it has %d schema objects but no ckptd schema version", n)
+		}
+	}
+	return nil
+}
+
+// migrate brings the database on conn up to target (normally SchemaVersion). Safe against another
+// process migrating at the same time: each step re-checks user_version inside its transaction.
+func migrate(ctx context.Context, conn *sql.Conn, target int, retry func(context.Context, func() error) error) error {
+	if target > len(migrations) {
+		target = len(migrations)
+	}
+	var v int
+	if err := retry(ctx, func() error {
+		return conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	}); err != nil {
+		return wrapDB("read user_version", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this ckptd supports (%d): upgrade ckptd", v, len(migrations))
+	}
+	for step := v + 1; step <= target; step++ {
+		if err := retry(ctx, func() error { return migrateStep(ctx, conn, step) }); err != nil {
+			return fmt.Errorf("migrate schema to version %d: %w", step, wrapDB("migrate", err))
+		}
+	}
+	return nil
+}
+
+func migrateStep(ctx context.Context, conn *sql.Conn, step int) (err error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		}
+	}()
+	var v int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return err
+	}
+	if v >= step { // someone else migrated meanwhile
+		_, err = conn.ExecContext(ctx, "COMMIT")
+		return err
+	}
+	if v != step-1 {
+		return fmt.Errorf("schema version %d, expected %d", v, step-1)
+	}
+	if _, err := conn.ExecContext(ctx, migrations[step-1]); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", step)); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
+}

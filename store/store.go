@@ -1,0 +1,419 @@
+// Package store persists ckptd checkpoints in SQLite. It knows nothing of JSON-RPC.
+//
+// One writer goroutine owns the write connection and commits every mutation in arrival order,
+// group-committing saves that queue up; reads go through a small query_only pool; a background
+// goroutine runs WAL checkpoints off the save path.
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Durability modes.
+const (
+	DurabilityFull   = "full"
+	DurabilityNormal = "normal"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultMaxStateBytes     = 64 << 20
+	DefaultCompressThreshold = 4096
+	DefaultKeepLast          = 10
+)
+
+const (
+	busyTimeoutMS   = 5000             // SQLite's own busy wait per attempt
+	busyGiveUp      = 30 * time.Second // then ErrUnavailable
+	walTruncateSize = 64 << 20         // TRUNCATE-checkpoint a WAL larger than this
+	warnStateBytes  = 10 << 20
+	maxBatchJobs    = 128
+	maxBatchBytes   = 32 << 20
+	readPoolSize    = 4
+)
+
+// Options configures Open.
+type Options struct {
+	Path              string    // DB file path; parent dirs are created 0700, the file 0600
+	Durability        string    // "full" (default) | "normal"
+	DefaultRetention  Retention // used by workflows without their own; zero value = keep everything (pass KeepLast: DefaultKeepLast for the CLI default)
+	MaxStateBytes     int64     // default 64 MiB
+	CompressThreshold int       // zstd above this many bytes (default 4096; < 0: never)
+	Logger            *slog.Logger
+	Now               func() time.Time // default time.Now
+
+	// testing hooks
+	maxSchema    int  // migrate only up to this version (0: latest)
+	noBackground bool // no checkpointer / idle goroutines
+	idleInterval time.Duration
+	ckptInterval time.Duration
+	busyTimeout  time.Duration // SQLite busy_timeout (default busyTimeoutMS)
+	giveUp       time.Duration // retry budget (default busyGiveUp)
+}
+
+// Store is an open checkpoint database. All methods are safe for concurrent use.
+type Store struct {
+	opts   Options
+	path   string
+	log    *slog.Logger
+	now    func() time.Time
+	codec  *codec
+	defRet Retention
+
+	wdb   *sql.DB   // the writer's pool (exactly one connection)
+	wconn *sql.Conn // held by the writer goroutine
+	ws    *writeStmts
+	rdb   *sql.DB // query_only read pool
+	cdb   *sql.DB // WAL checkpointer connection
+
+	mu       sync.Mutex
+	queue    []*job
+	closed   bool
+	wake     chan struct{}
+	writerWG sync.WaitGroup
+	bgWG     sync.WaitGroup
+	stopBG   chan struct{}
+	ckptKick chan struct{}
+
+	writes    atomic.Uint64 // commits, for the checkpointer
+	deletes   atomic.Uint64 // checkpoints removed by retention (for background vacuum)
+	onPruned  atomic.Pointer[func(workflowID string, ids []string, reason string)]
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating if needed) the database at opts.Path, validates it and migrates its schema.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Path == "" {
+		return nil, &InvalidError{Field: "path", Reason: "required"}
+	}
+	switch strings.ToLower(opts.Durability) {
+	case "", DurabilityFull:
+		opts.Durability = DurabilityFull
+	case DurabilityNormal:
+		opts.Durability = DurabilityNormal
+	default:
+		return nil, &InvalidError{Field: "durability", Reason: fmt.Sprintf("%q: want full or normal", opts.Durability)}
+	}
+	if opts.MaxStateBytes <= 0 {
+		opts.MaxStateBytes = DefaultMaxStateBytes
+	}
+	if opts.CompressThreshold == 0 {
+		opts.CompressThreshold = DefaultCompressThreshold
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.idleInterval == 0 {
+		opts.idleInterval = time.Minute
+	}
+	if opts.busyTimeout == 0 {
+		opts.busyTimeout = busyTimeoutMS * time.Millisecond
+	}
+	if opts.giveUp == 0 {
+		opts.giveUp = busyGiveUp
+	}
+	if opts.ckptInterval == 0 {
+		opts.ckptInterval = 250 * time.Millisecond
+	}
+	if r := opts.DefaultRetention; r.KeepLast < 0 || r.MaxAgeSeconds < 0 || r.IdleTTLSeconds < 0 {
+		return nil, &InvalidError{Field: "defaultRetention", Reason: "negative value"}
+	}
+	abs, err := filepath.Abs(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("open store: create directory: %w", err)
+	}
+	created, err := precheckFile(abs)
+	if err != nil {
+		return nil, err
+	}
+	cd, err := newCodec(opts.MaxStateBytes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		opts: opts, path: abs, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
+		wake: make(chan struct{}, 1), stopBG: make(chan struct{}), ckptKick: make(chan struct{}, 1),
+	}
+	if err := s.openConns(ctx, created); err != nil {
+		s.closeConns()
+		cd.close()
+		return nil, err
+	}
+	s.writerWG.Add(1)
+	go s.writerLoop()
+	if !opts.noBackground {
+		s.bgWG.Add(2)
+		go s.checkpointLoop()
+		go s.idleLoop()
+	}
+	if s.ws == nil { // opened at an older schema (tests only): read-mostly
+		return s, nil
+	}
+	if _, err := s.ExpireIdle(ctx); err != nil {
+		s.log.Warn("ckptd store: idle expiry at open failed", "err", err)
+	}
+	s.log.Debug("ckptd store: opened", "path", abs, "durability", opts.Durability, "created", created)
+	return s, nil
+}
+
+// precheckFile makes sure path is either absent (then creates it 0600 and reports created) or a
+// plausible SQLite database. It reads the header before SQLite ever opens the file.
+func precheckFile(path string) (created bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		if err := f.Close(); err != nil {
+			return false, fmt.Errorf("open store: create %s: %w", path, err)
+		}
+		return true, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return false, fmt.Errorf("open store: create %s: %w", path, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false, fmt.Errorf("open store: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return false, fmt.Errorf("open store: %s is not a regular file", path)
+	}
+	size := fi.Size()
+	if size == 0 {
+		// A brand-new database whose first commit still sits in the WAL is legitimately empty.
+		if wi, err := os.Stat(path + "-wal"); err == nil && wi.Size() > 0 {
+			return false, nil
+		}
+		return false, fmt.Errorf("open store: %s is an empty file, not a SQLite database (refusing to overwrite it)", path)
+	}
+	f, err = os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("open store: %w", err)
+	}
+	var hdr [100]byte
+	n, rerr := io.ReadFull(f, hdr[:])
+	_ = f.Close()
+	if rerr != nil && !errors.Is(rerr, io.ErrUnexpectedEOF) {
+		return false, fmt.Errorf("open store: read header of %s: %w", path, rerr)
+	}
+	if n < 16 || !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
+		return false, fmt.Errorf("open store: %s is not a SQLite database (bad header)", path)
+	}
+	if n < 100 {
+		return false, fmt.Errorf("open store: %s is truncated (%d bytes)", path, size)
+	}
+	pageSize := int64(binary.BigEndian.Uint16(hdr[16:18]))
+	if pageSize == 1 {
+		pageSize = 65536
+	}
+	if pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
+		return false, fmt.Errorf("open store: %s has an invalid page size %d in its header", path, pageSize)
+	}
+	if size < pageSize || size%pageSize != 0 {
+		return false, fmt.Errorf("open store: %s is truncated: %d bytes is not a whole number of %d-byte pages", path, size, pageSize)
+	}
+	return false, nil
+}
+
+func (s *Store) dsn(pragmas []string, extra string) string {
+	u := "file:" + (&url.URL{Path: s.path}).EscapedPath() + "?mode=rw"
+	for _, p := range pragmas {
+		u += "&_pragma=" + url.QueryEscape(p)
+	}
+	return u + extra
+}
+
+func (s *Store) openConns(ctx context.Context, created bool) error {
+	sync := "FULL"
+	if s.opts.Durability == DurabilityNormal {
+		sync = "NORMAL"
+	}
+	busy := fmt.Sprintf("busy_timeout(%d)", s.opts.busyTimeout.Milliseconds())
+	limit := fmt.Sprintf("journal_size_limit(%d)", walTruncateSize)
+	// journal_mode is switched only after checkSchema: a refused file must stay untouched.
+	wdsn := s.dsn([]string{busy, "auto_vacuum(INCREMENTAL)", "foreign_keys(0)", limit,
+		"synchronous(" + sync + ")", "wal_autocheckpoint(0)", "temp_store(MEMORY)", "cache_size(-16384)"}, "&_txlock=immediate")
+	var err error
+	if s.wdb, err = sql.Open("sqlite", wdsn); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	s.wdb.SetConnMaxIdleTime(0)
+	if err := s.retry(ctx, func() error {
+		c, err := s.wdb.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		s.wconn = c
+		return nil
+	}); err != nil {
+		return fmt.Errorf("open store %s: %w", s.path, wrapDB("connect", err))
+	}
+	if err := checkSchema(ctx, s.wconn, s.retry); err != nil {
+		return fmt.Errorf("open store %s: %w", s.path, err)
+	}
+	var mode string
+	if err := s.retry(ctx, func() error { return s.wconn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode) }); err != nil {
+		return fmt.Errorf("open store %s: %w", s.path, wrapDB("journal mode", err))
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("open store %s: cannot switch to WAL mode (journal_mode is %s)", s.path, mode)
+	}
+	target := SchemaVersion
+	if s.opts.maxSchema > 0 {
+		target = s.opts.maxSchema
+	}
+	if err := migrate(ctx, s.wconn, target, s.retry); err != nil {
+		return fmt.Errorf("open store %s: %w", s.path, err)
+	}
+	if created {
+		// Get the header page into the main file now, so the file never looks empty.
+		_ = s.retry(ctx, func() error {
+			_, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+			return err
+		})
+	}
+	if target == SchemaVersion {
+		if s.ws, err = prepareWriteStmts(ctx, s.wconn); err != nil {
+			return fmt.Errorf("open store %s: %w", s.path, wrapDB("prepare", err))
+		}
+	}
+
+	rdsn := s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, "")
+	if s.rdb, err = sql.Open("sqlite", rdsn); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	s.rdb.SetMaxOpenConns(readPoolSize)
+	s.rdb.SetMaxIdleConns(readPoolSize)
+	s.rdb.SetConnMaxLifetime(0)
+	s.rdb.SetConnMaxIdleTime(0)
+
+	cdsn := s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", "wal_autocheckpoint(0)"}, "")
+	if s.cdb, err = sql.Open("sqlite", cdsn); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	s.cdb.SetMaxOpenConns(1)
+	s.cdb.SetMaxIdleConns(1)
+	s.cdb.SetConnMaxLifetime(0)
+	s.cdb.SetConnMaxIdleTime(0)
+	return nil
+}
+
+func (s *Store) closeConns() {
+	if s.ws != nil {
+		s.ws.close()
+	}
+	if s.wconn != nil {
+		_ = s.wconn.Close()
+	}
+	for _, db := range []*sql.DB{s.rdb, s.cdb, s.wdb} {
+		if db != nil {
+			_ = db.Close()
+		}
+	}
+}
+
+// Path is the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// DefaultRetention is the retention of workflows that have none configured.
+func (s *Store) DefaultRetention() Retention { return s.defRet }
+
+// SetOnPruned registers a callback for checkpoints removed by retention ("retention"), Prune
+// ("prune"), idle expiry ("idle") or Complete ("complete"). It runs on the writer goroutine after
+// the commit and before the affected callers are answered: it must not block or call the Store.
+func (s *Store) SetOnPruned(f func(workflowID string, ids []string, reason string)) {
+	if f == nil {
+		s.onPruned.Store(nil)
+		return
+	}
+	s.onPruned.Store(&f)
+}
+
+func (s *Store) notifyPruned(workflowID string, ids []string, reason string) {
+	if len(ids) == 0 {
+		return
+	}
+	if f := s.onPruned.Load(); f != nil {
+		(*f)(workflowID, ids, reason)
+	}
+}
+
+// Close stops accepting work, commits everything already accepted, checkpoints the WAL into the
+// database file and closes it.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.signal()
+		s.writerWG.Wait()
+		close(s.stopBG)
+		s.bgWG.Wait()
+		if s.wconn != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil && !isBusy(err) {
+				s.log.Warn("ckptd store: final WAL checkpoint failed", "err", err)
+			}
+			cancel()
+		}
+		s.closeConns()
+		s.codec.close()
+	})
+	return s.closeErr
+}
+
+// retry runs f until it succeeds, fails with something other than SQLITE_BUSY/LOCKED, ctx ends, or
+// busyGiveUp has passed (then ErrUnavailable). Backoff is exponential with jitter, on top of
+// SQLite's own busy_timeout.
+func (s *Store) retry(ctx context.Context, f func() error) error {
+	start := time.Now()
+	delay := time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil || !isBusy(err) {
+			return err
+		}
+		if time.Since(start) > s.opts.giveUp {
+			return fmt.Errorf("database busy for %s: %w: %v", time.Since(start).Round(time.Second), ErrUnavailable, err)
+		}
+		if attempt == 0 && s.log != nil {
+			s.log.Debug("ckptd store: database busy, retrying", "err", err)
+		}
+		d := delay/2 + rand.N(delay)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		if delay < 200*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
