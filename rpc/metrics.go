@@ -36,11 +36,11 @@ func (m *metrics) counters() Counters {
 
 // latency keeps the most recent samples in a ring and the all-time count and maximum.
 type latency struct {
-	mu      sync.Mutex
-	ring    []time.Duration
-	next    int
-	count   int64
-	max     time.Duration
+	mu    sync.Mutex
+	ring  []time.Duration
+	next  int
+	count int64
+	max   time.Duration
 }
 
 func newLatency(n int) *latency { return &latency{ring: make([]time.Duration, 0, n)} }

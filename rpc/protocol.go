@@ -11,39 +11,39 @@ const ProtocolVersion = 1
 
 // Method names (binding; see docs/protocol.md).
 const (
-	MethodInitialize      = "initialize"
-	MethodShutdown        = "shutdown"
-	MethodSave            = "checkpoint/save"
-	MethodLoad            = "checkpoint/load"
-	MethodList            = "checkpoint/list"
-	MethodDelete          = "checkpoint/delete"
-	MethodPrune           = "checkpoint/prune"
-	MethodConfigure       = "workflow/configure"
-	MethodComplete        = "workflow/complete"
-	MethodWorkflowList    = "workflow/list"
-	MethodWritesPut       = "writes/put"
-	MethodResumePlan      = "resume/plan"
-	MethodStats           = "stats"
-	methodProtocolError   = "$/ckptd/protocolError"
-	NotifySaved           = "checkpoint/saved"
-	NotifyPruned          = "checkpoint/pruned"
-	NotifyCorrupted       = "checkpoint/corrupted"
+	MethodInitialize    = "initialize"
+	MethodShutdown      = "shutdown"
+	MethodSave          = "checkpoint/save"
+	MethodLoad          = "checkpoint/load"
+	MethodList          = "checkpoint/list"
+	MethodDelete        = "checkpoint/delete"
+	MethodPrune         = "checkpoint/prune"
+	MethodConfigure     = "workflow/configure"
+	MethodComplete      = "workflow/complete"
+	MethodWorkflowList  = "workflow/list"
+	MethodWritesPut     = "writes/put"
+	MethodResumePlan    = "resume/plan"
+	MethodStats         = "stats"
+	methodProtocolError = "$/ckptd/protocolError"
+	NotifySaved         = "checkpoint/saved"
+	NotifyPruned        = "checkpoint/pruned"
+	NotifyCorrupted     = "checkpoint/corrupted"
 )
 
 // Error codes (binding).
 const (
-	CodeParseError      = -32700
-	CodeInvalidRequest  = -32600
-	CodeMethodNotFound  = -32601
-	CodeInvalidParams   = -32602
-	CodeInternal        = -32603
-	CodeNotFound        = -32001
-	CodeCorrupt         = -32002
-	CodeConflict        = -32003
-	CodeTooLarge        = -32004
-	CodeResumeInvalid   = -32005
-	CodeUnavailable     = -32006
-	CodeShuttingDown    = -32007
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternal       = -32603
+	CodeNotFound       = -32001
+	CodeCorrupt        = -32002
+	CodeConflict       = -32003
+	CodeTooLarge       = -32004
+	CodeResumeInvalid  = -32005
+	CodeUnavailable    = -32006
+	CodeShuttingDown   = -32007
 )
 
 // InitializeParams is the client's hello.

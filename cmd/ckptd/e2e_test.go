@@ -330,7 +330,9 @@ func TestEndToEndBadInputKeepsServing(t *testing.T) {
 		code int
 	}{
 		{"invalid json", func() { d.raw(framing.AppendFrame(nil, []byte(`{"jsonrpc":`), nil, false)) }, -32700},
-		{"batch", func() { d.raw(framing.AppendFrame(nil, []byte(`[{"jsonrpc":"2.0","id":1,"method":"stats"}]`), nil, false)) }, -32600},
+		{"batch", func() {
+			d.raw(framing.AppendFrame(nil, []byte(`[{"jsonrpc":"2.0","id":1,"method":"stats"}]`), nil, false))
+		}, -32600},
 		{"unknown method", func() { d.send("nope/nope", nil, nil) }, -32601},
 		{"missing workflowId", func() { d.send("checkpoint/save", map[string]any{"step": 1}, nil) }, -32602},
 		{"wrong type", func() { d.send("checkpoint/save", map[string]any{"workflowId": "w", "step": "one"}, nil) }, -32602},
