@@ -113,7 +113,9 @@ type HeaderError struct {
 func (e *HeaderError) Error() string { return "framing: bad header: " + e.Reason }
 
 // TooLargeError reports a frame whose body or attachment is over its limit. The oversized part
-// was discarded without being buffered; the stream is in sync.
+// was discarded without being buffered; the stream is in sync. With Field "attachment", Next
+// also returns the frame's body (Frame.Body; HasAttachment true, Attachment nil) so that the
+// caller can answer the request by its id.
 type TooLargeError struct {
 	Field  string // "body" or "attachment"
 	Size   int64  // the length the header announced
@@ -181,8 +183,7 @@ func (r *Reader) Next() (Frame, error) {
 		r.line = append(r.line, tok...)
 	}
 	f, err := r.readFrame()
-	var he *HeaderError
-	if errors.As(err, &he) {
+	if _, ok := err.(*HeaderError); ok {
 		r.resync = true
 	}
 	return f, err
@@ -391,15 +392,15 @@ func (r *Reader) readLine(dst []byte, max int) ([]byte, error) {
 	}
 }
 
-// readN reads exactly n bytes into a new slice. Memory grows with the bytes actually received
-// (starting at 1 MiB at most), so a frame that announces a large length and then stops costs
-// little.
+// readN reads exactly n bytes into a new slice. Up to 1 MiB is allocated at once; a larger
+// buffer only after the first MiB has arrived, so a frame that announces a large length and
+// then stops costs little, and a real large one is copied once (1 MiB).
 func (r *Reader) readN(n int64) ([]byte, error) {
-	const step = 1 << 20
-	buf := make([]byte, 0, min(n, step))
+	const first = 1 << 20
+	buf := make([]byte, 0, min(n, first))
 	for int64(len(buf)) < n {
 		if len(buf) == cap(buf) {
-			nb := make([]byte, len(buf), min(n, 2*int64(cap(buf))))
+			nb := make([]byte, len(buf), n)
 			copy(nb, buf)
 			buf = nb
 		}

@@ -141,7 +141,9 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 		switch p.StateType {
 		case "", "json":
 			req.StateType = store.StateJSON
-			if !json.Valid(req.State) {
+			// jsonValid, not json.Valid: encoding/json accepts invalid UTF-8 inside strings,
+			// and a json state must be UTF-8 JSON text (like a frame body).
+			if !jsonValid(req.State) {
 				return req, invalidParams("stateType", "is json but the attachment is not valid UTF-8 JSON")
 			}
 		case "bytes":
@@ -179,6 +181,9 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	res, err := pending.Wait(ctx)
 	if err != nil {
 		s.metrics.failures.Add(1)
+		if errors.Is(err, store.ErrConflict) {
+			return reply{}, rpcError(CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
+		}
 		return reply{}, storeError(err)
 	}
 	s.metrics.saves.Add(1)
@@ -319,10 +324,17 @@ func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		var ce *store.CorruptError
 		if errors.As(err, &ce) {
-			s.reportCorrupt(p.WorkflowID, ce)
+			wf := p.WorkflowID
+			if wf == "" { // loaded by checkpointId: the store read the workflow if it could
+				wf = ce.WorkflowID
+			}
+			s.reportCorrupt(wf, ce)
 		}
 		s.metrics.failures.Add(1)
-		return reply{}, storeError(err)
+		if p.CheckpointID != "" {
+			return reply{}, storeErrorWith(err, "checkpointId", p.CheckpointID)
+		}
+		return reply{}, storeErrorWith(err, "workflowId", p.WorkflowID)
 	}
 	for _, r := range lr.RecoveredFrom {
 		s.reportCorrupt(lr.WorkflowID, &store.CorruptError{CheckpointID: r.CheckpointID, Reason: r.Reason})

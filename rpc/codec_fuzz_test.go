@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ckptd/ckptd/framing"
 )
@@ -134,4 +135,33 @@ func loadFuzzSeeds(tb testing.TB, dir string) [][]byte {
 		out = append(out, []byte(s))
 	}
 	return out
+}
+
+// FuzzJSONValid checks the codec's validator against encoding/json: jsonValid(b) must equal
+// json.Valid(b) && utf8.Valid(b) for any input.
+func FuzzJSONValid(f *testing.F) {
+	for _, s := range []string{
+		``, ` `, `{}`, `[]`, `[ ]`, `{ }`, `null`, `true`, `false`, `nul`, `0`, `-0`, `01`, `1.`, `1.5e+3`, `-1E-0`, `1e`,
+		`"a"`, `"\u00e9\ud83d"`, `"\x"`, `"\u12G4"`, "\"\x01\"", "\"\xff\"", "\"é☃𝄞\"", `"` + strings.Repeat("abcdefgh", 5) + `\"x"`,
+		`{"a":[1,{"b":null}],"c":"d"}`, `{"a":1,}`, `[1,]`, `[1 2]`, `{"a" 1}`, `{1:2}`, `[1]]`, `[[]`, `{} {}`, "\t\n\r [1] \n",
+		strings.Repeat("[", 10000) + strings.Repeat("]", 10000), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+		strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), strings.Repeat("[", 10000) + "[]" + strings.Repeat("]", 10000),
+		fuzzSentinel,
+	} {
+		f.Add([]byte(s))
+	}
+	for _, s := range loadFuzzSeeds(f, "../testdata/fuzz/FuzzCodec") {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := json.Valid(b) && utf8.Valid(b)
+		if got := jsonValid(b); got != want {
+			t.Fatalf("jsonValid(%q) = %v, encoding/json says %v", b, got, want)
+		}
+		// A frame body is often a value inside an object: check that too.
+		obj := append(append([]byte(`{"k":`), b...), '}')
+		if got, want := jsonValid(obj), json.Valid(obj) && utf8.Valid(obj); got != want {
+			t.Fatalf("jsonValid(%q) = %v, encoding/json says %v", obj, got, want)
+		}
+	})
 }

@@ -34,12 +34,14 @@ type ctSeen struct {
 // ctHandler answers like the lead's server does for protocol errors, and otherwise:
 // "echo" -> result = params verbatim (null if absent), attachment echoed;
 // "notify" -> sends a server->client notification, then replies "sent";
-// "twice" -> replies twice (the second must fail);
+// "twice" -> replies twice (the second must fail); "slow" -> replies 100ms later from another
+// goroutine; "never" -> no reply when allowNever;
 // anything else -> -32601. Every request and notification is recorded in seen.
 type ctHandler struct {
-	codec     *Codec
-	seen      chan ctSeen
-	twiceErrs chan error
+	codec      *Codec
+	seen       chan ctSeen
+	twiceErrs  chan error
+	allowNever bool // "never" leaves the request unanswered
 }
 
 func (h *ctHandler) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
@@ -74,6 +76,15 @@ func (h *ctHandler) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrp
 	case "notify":
 		_ = conn.Notify(ctx, "server/event", map[string]any{"x": 1, "html": "<&>"})
 		_ = conn.Reply(ctx, req.ID, "sent")
+	case "slow": // replies from another goroutine, later
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_ = conn.Reply(context.Background(), req.ID, "slow")
+		}()
+	case "never":
+		if !h.allowNever {
+			_ = conn.Reply(ctx, req.ID, "never")
+		}
 	case "twice":
 		_ = conn.Reply(ctx, req.ID, 1)
 		err := conn.Reply(ctx, req.ID, 2)
@@ -515,6 +526,46 @@ func TestCodecStdinClosedMidFrame(t *testing.T) {
 				t.Errorf("%d tokens left", n)
 			}
 		})
+	}
+}
+
+// jsonrpc2.Conn closes its output when ReadObject returns: the codec must hold the end of the
+// input back until the replies still owed are written.
+func TestCodecRepliesAfterInputEnds(t *testing.T) {
+	for _, tail := range []string{"", "Content-Length: 10\r\n\r\n{"} {
+		s := newCtServer(t, ctLimits)
+		s.sendSync(ctFrame(`{"jsonrpc":"2.0","id":1,"method":"slow"}`) + ctFrame(`{"jsonrpc":"2.0","id":2,"method":"slow"}`) + tail)
+		_ = s.in.Close()
+		got := map[string]bool{}
+		for range 2 {
+			r := s.next()
+			got[string(r.ID)] = string(r.Result) == `"slow"`
+		}
+		if !got["1"] || !got["2"] {
+			t.Fatalf("replies %v", got)
+		}
+		s.waitDisconnect()
+	}
+	// A request never answered delays the end by drainTimeout only.
+	s := newCtServer(t, ctLimits)
+	s.codec.drainTimeout = 200 * time.Millisecond
+	s.handler.allowNever = true
+	start := time.Now()
+	s.sendSync(ctFrame(`{"jsonrpc":"2.0","id":1,"method":"never"}`))
+	_ = s.in.Close()
+	s.waitDisconnect()
+	if d := time.Since(start); d < 150*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("ended after %v", d)
+	}
+	// Closing the connection itself does not wait.
+	s = newCtServer(t, ctLimits)
+	s.handler.allowNever = true
+	s.sendSync(ctFrame(`{"jsonrpc":"2.0","id":1,"method":"never"}`))
+	start = time.Now()
+	_ = s.conn.Close()
+	s.waitDisconnect()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %v", d)
 	}
 }
 

@@ -71,6 +71,16 @@ func goTypeName(t string) string {
 	return t
 }
 
+// storeErrorWith maps a store error and, for not-found and conflict errors, attaches data
+// naming what was looked for (e.g. {"checkpointId": "c-1"}).
+func storeErrorWith(err error, key, value string) *jsonrpc2.Error {
+	e := storeError(err)
+	if e != nil && (e.Code == CodeNotFound || e.Code == CodeConflict) && e.Data == nil {
+		e.SetError(map[string]string{key: value})
+	}
+	return e
+}
+
 // storeError maps a store error onto the protocol's error codes.
 func storeError(err error) *jsonrpc2.Error {
 	if err == nil {

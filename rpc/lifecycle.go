@@ -65,9 +65,16 @@ func (s *Server) shutdown(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 }
 
 func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	if err := decodeParams(c.params, &struct{}{}); err != nil { // none taken, but params must be an object
+		return reply{}, err
+	}
 	db, err := s.store.Stats(ctx)
 	if err != nil {
 		return reply{}, storeError(err)
+	}
+	pragmas, err := s.store.Pragmas(ctx)
+	if err != nil { // diagnostics only: stats still answers
+		s.log.Warn("stats: cannot read pragmas", "error", err)
 	}
 	return reply{result: StatsResult{
 		UptimeSeconds: time.Since(s.started).Seconds(),
@@ -84,6 +91,7 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 			Checkpoints:       db.Checkpoints,
 			States:            db.States,
 			StatesStoredBytes: db.StatesStoredBytes,
+			Pragmas:           pragmas,
 		},
 	}}, nil
 }

@@ -352,6 +352,9 @@ type DBStats struct {
 	Checkpoints       int    `json:"checkpoints"`
 	States            int    `json:"states"`
 	StatesStoredBytes int64  `json:"statesStoredBytes"`
+	// Pragmas are the SQLite settings in force on the connection saves commit through
+	// (store.PragmaNames; docs/durability.md), e.g. "synchronous": "2" for --durability full.
+	Pragmas map[string]string `json:"pragmas,omitempty"`
 }
 
 // StatsResult answers stats.

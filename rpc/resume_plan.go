@@ -10,9 +10,6 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// formatVersion is the newest checkpoint format this build reads.
-const formatVersion = 1
-
 func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	var p ResumePlanParams
 	if err := decodeParams(c.params, &p); err != nil {
@@ -21,57 +18,23 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return reply{}, err
 	}
-	in := resume.Input{CallerHash: p.WorkflowHash, MaxFormatVersion: formatVersion}
-	var cp *store.LoadResult
-	if p.CheckpointID != "" {
-		got, err := s.store.Load(ctx, p.CheckpointID)
-		var ce *store.CorruptError
-		switch {
-		case errors.As(err, &ce):
-			s.reportCorrupt(p.WorkflowID, ce)
-			in.Corrupt = append(in.Corrupt, resume.Corruption{CheckpointID: ce.CheckpointID, Reason: ce.Reason})
-		case err != nil:
-			return reply{}, storeError(err)
-		case got.WorkflowID != p.WorkflowID:
-			return reply{}, invalidParams("checkpointId", "belongs to workflow "+quote(got.WorkflowID)+", not "+quote(p.WorkflowID))
-		default:
-			cp = &store.LoadResult{Checkpoint: got}
-		}
-	} else {
-		got, err := s.store.LoadLatest(ctx, p.WorkflowID, p.Namespace)
-		var ce *store.CorruptError
-		switch {
-		case errors.As(err, &ce):
-			s.reportCorrupt(p.WorkflowID, ce)
-			in.Corrupt = append(in.Corrupt, resume.Corruption{CheckpointID: ce.CheckpointID, Reason: ce.Reason})
-		case err != nil:
-			return reply{}, storeError(err)
-		default:
-			cp = &got
-			for _, r := range got.RecoveredFrom {
-				s.reportCorrupt(p.WorkflowID, &store.CorruptError{CheckpointID: r.CheckpointID, Reason: r.Reason})
-				in.Corrupt = append(in.Corrupt, resume.Corruption{CheckpointID: r.CheckpointID, Reason: r.Reason})
-			}
-		}
+	g, err := resume.Gather(ctx, s.store, resume.Request{
+		WorkflowID:   p.WorkflowID,
+		Namespace:    p.Namespace,
+		CheckpointID: p.CheckpointID,
+		WorkflowHash: p.WorkflowHash,
+	})
+	var ww *resume.WrongWorkflowError
+	switch {
+	case errors.As(err, &ww):
+		return reply{}, invalidParams("checkpointId", "belongs to workflow "+quote(ww.WorkflowID)+", not "+quote(p.WorkflowID))
+	case err != nil:
+		return reply{}, storeErrorWith(err, "workflowId", p.WorkflowID)
 	}
-	completed, err := s.store.IsCompleted(ctx, p.WorkflowID)
-	if err != nil {
-		return reply{}, storeError(err)
+	for _, bad := range g.Input.Corrupt {
+		s.reportCorrupt(p.WorkflowID, &store.CorruptError{CheckpointID: bad.CheckpointID, Reason: bad.Reason})
 	}
-	in.Completed = completed
-	if cp != nil {
-		in.Checkpoint = &resume.Checkpoint{
-			ID:            cp.CheckpointID,
-			Phase:         string(cp.Phase),
-			Step:          cp.Step,
-			WorkflowHash:  cp.WorkflowHash,
-			FormatVersion: cp.FormatVersion,
-		}
-		if cp.Error != nil {
-			in.Checkpoint.ErrorMessage = cp.Error.Message
-			in.Checkpoint.Retryable = cp.Error.Retryable
-		}
-	}
+	in, cp := g.Input, g.Checkpoint
 	plan, problems, warnings := resume.Decide(in)
 	if len(problems) > 0 && (!p.Force || cp == nil) {
 		msg := "resume validation failed: " + problems[0].Message

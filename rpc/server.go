@@ -44,6 +44,7 @@ type Server struct {
 	events       map[string]bool
 	closing      bool
 	lastMutation chan struct{} // closed once the previous mutation is queued in the store
+	lastDone     chan struct{} // closed once the previous mutation has finished (read-your-writes)
 	inflight     sync.WaitGroup
 	shutdownDone chan struct{}
 }
@@ -108,6 +109,7 @@ func New(st *store.Store, opts Options) *Server {
 	done := make(chan struct{})
 	close(done)
 	s.lastMutation = done
+	s.lastDone = done
 	s.methods = map[string]method{
 		MethodInitialize:   {kindRead, s.initialize},
 		MethodSave:         {kindMutation, s.save},
@@ -121,6 +123,9 @@ func New(st *store.Store, opts Options) *Server {
 		MethodWritesPut:    {kindMutation, s.writesPut},
 		MethodResumePlan:   {kindRead, s.resumePlan},
 		MethodStats:        {kindRead, s.stats},
+	}
+	for name, m := range s.langGraphMethods() { // lg/*, thread/*: rpc/langgraph.go
+		s.methods[name] = m
 	}
 	st.SetOnPruned(s.onPruned)
 	return s
@@ -184,14 +189,20 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 	}
 	s.inflight.Add(1)
 	c := &call{req: req, params: inc.Params, attachment: inc.Attachment, hasAttachment: inc.HasAttachment}
-	var prev chan struct{}
+	// Mutations start in arrival order (each waits until the previous one is queued in the
+	// store); reads wait for the mutations that arrived before them to finish, so a client that
+	// pipelines a save and a load reads its own write, while later saves never wait for reads.
+	var prev, finished chan struct{}
 	if m.kind == kindMutation {
 		prev = s.lastMutation
 		mine := make(chan struct{})
 		s.lastMutation = mine
 		var once sync.Once
 		c.release = func() { once.Do(func() { close(mine) }) }
+		finished = make(chan struct{})
+		s.lastDone = finished
 	} else {
+		prev = s.lastDone
 		c.release = func() {}
 	}
 	s.mu.Unlock()
@@ -199,9 +210,10 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 	go func() {
 		defer s.inflight.Done()
 		defer c.release()
-		if prev != nil {
-			<-prev
+		if finished != nil {
+			defer close(finished)
 		}
+		<-prev
 		// Handlers run on a context that outlives the client's connection: an accepted save is
 		// committed even if the client goes away before the reply.
 		r, err := s.safeRun(m, c)

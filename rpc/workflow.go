@@ -141,7 +141,7 @@ func (s *Server) writesPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 	}
 	n, err := s.store.PutWrites(ctx, p.WorkflowID, p.Namespace, p.CheckpointID, ws)
 	if err != nil {
-		return reply{}, storeError(err)
+		return reply{}, storeErrorWith(err, "checkpointId", p.CheckpointID)
 	}
 	return reply{result: WritesPutResult{Stored: n}}, nil
 }

@@ -9,45 +9,54 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
 
 // State encodings in states.encoding.
 const (
-	encRaw  = 0
-	encZstd = 1
+	encRaw         = 0
+	encZstd        = 1 // one zstd frame
+	encZstdChunked = 2 // chunk table + independent zstd frames, (de)compressed in parallel
 )
+
+// minChunk is the smallest raw chunk of encZstdChunked.
+const minChunk = 32 << 10
 
 // codec holds the zstd encoder and decoder of one Store. Both are safe for concurrent EncodeAll /
 // DecodeAll calls and keep their own internal pools.
 type codec struct {
-	enc *zstd.Encoder
-	dec *zstd.Decoder
+	enc    *zstd.Encoder
+	dec    *zstd.Decoder
+	chunks int // max parallel chunks
 }
 
 func newCodec(maxBytes int64) (*codec, error) {
+	par := runtime.GOMAXPROCS(0)
+	conc := max(4, par)
 	enc, err := zstd.NewWriter(nil,
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderCRC(false), // SHA-256 of the raw state is verified on every load
-		zstd.WithEncoderConcurrency(4),
+		zstd.WithEncoderConcurrency(conc),
 		zstd.WithLowerEncoderMem(false))
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
 	}
 	mem := uint64(maxBytes) + 1<<20
 	dec, err := zstd.NewReader(nil,
-		zstd.WithDecoderConcurrency(4),
+		zstd.WithDecoderConcurrency(conc),
 		zstd.WithDecoderMaxMemory(mem),
 		zstd.WithDecodeAllCapLimit(true))
 	if err != nil {
 		enc.Close()
 		return nil, fmt.Errorf("zstd decoder: %w", err)
 	}
-	return &codec{enc: enc, dec: dec}, nil
+	return &codec{enc: enc, dec: dec, chunks: par}, nil
 }
 
 func (c *codec) close() {
@@ -56,20 +65,60 @@ func (c *codec) close() {
 }
 
 // compress returns the zstd encoding of b when b is larger than threshold and compression saves at
-// least 1/8; otherwise it returns b with encRaw.
+// least 1/8; otherwise it returns b with encRaw. Large inputs are split into independent frames
+// compressed in parallel (encZstdChunked).
 func (c *codec) compress(b []byte, threshold int) ([]byte, int) {
 	if len(b) <= threshold {
 		return b, encRaw
 	}
-	out := c.enc.EncodeAll(b, make([]byte, 0, len(b)-len(b)/8))
-	if len(out) > len(b)-len(b)/8 {
+	limit := len(b) - len(b)/8
+	n := min(c.chunks, len(b)/minChunk)
+	if n <= 1 {
+		out := c.enc.EncodeAll(b, make([]byte, 0, limit))
+		if len(out) > limit {
+			return b, encRaw
+		}
+		return out, encZstd
+	}
+	size := (len(b) + n - 1) / n
+	parts := make([][]byte, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		lo, hi := i*size, min((i+1)*size, len(b))
+		if i == n-1 {
+			parts[i] = c.enc.EncodeAll(b[lo:hi], make([]byte, 0, (hi-lo)/2))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			parts[i] = c.enc.EncodeAll(b[lo:hi], make([]byte, 0, (hi-lo)/2))
+		}()
+	}
+	wg.Wait()
+	hdr := binary.AppendUvarint(nil, uint64(n))
+	total := 0
+	for i, p := range parts {
+		hdr = binary.AppendUvarint(hdr, uint64(len(p)))
+		hdr = binary.AppendUvarint(hdr, uint64(min((i+1)*size, len(b))-i*size))
+		total += len(p)
+	}
+	if len(hdr)+total > limit {
 		return b, encRaw
 	}
-	return out, encZstd
+	out := make([]byte, 0, len(hdr)+total)
+	out = append(out, hdr...)
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out, encZstdChunked
 }
 
 // decode returns the raw state of a stored blob; size is the expected raw size.
 func (c *codec) decode(data []byte, enc int, size int64) ([]byte, error) {
+	if size < 0 || size > math.MaxInt32*4 {
+		return nil, fmt.Errorf("bad recorded size %d", size)
+	}
 	switch enc {
 	case encRaw:
 		if int64(len(data)) != size {
@@ -79,9 +128,6 @@ func (c *codec) decode(data []byte, enc int, size int64) ([]byte, error) {
 		copy(out, data)
 		return out, nil
 	case encZstd:
-		if size < 0 || size > math.MaxInt32*4 {
-			return nil, fmt.Errorf("bad recorded size %d", size)
-		}
 		out, err := c.dec.DecodeAll(data, make([]byte, 0, size))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %v", err)
@@ -90,9 +136,69 @@ func (c *codec) decode(data []byte, enc int, size int64) ([]byte, error) {
 			return nil, fmt.Errorf("decompressed to %d bytes, expected %d", len(out), size)
 		}
 		return out, nil
+	case encZstdChunked:
+		return c.decodeChunked(data, size)
 	default:
 		return nil, fmt.Errorf("unknown encoding %d", enc)
 	}
+}
+
+func (c *codec) decodeChunked(data []byte, size int64) ([]byte, error) {
+	r := bytes.NewReader(data)
+	n, err := binary.ReadUvarint(r)
+	if err != nil || n == 0 || n > uint64(len(data)) {
+		return nil, errors.New("bad chunk table")
+	}
+	type chunk struct{ comp, raw int }
+	chunks := make([]chunk, n)
+	var compTotal, rawTotal uint64
+	for i := range chunks {
+		cl, err1 := binary.ReadUvarint(r)
+		rl, err2 := binary.ReadUvarint(r)
+		if err1 != nil || err2 != nil || cl > uint64(len(data)) || rl > uint64(size) {
+			return nil, errors.New("bad chunk table")
+		}
+		compTotal += cl
+		rawTotal += rl
+		chunks[i] = chunk{int(cl), int(rl)}
+	}
+	body := data[len(data)-r.Len():]
+	if compTotal != uint64(len(body)) || rawTotal != uint64(size) {
+		return nil, fmt.Errorf("chunk table sizes %d/%d do not match %d/%d", compTotal, rawTotal, len(body), size)
+	}
+	out := make([]byte, size)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	coff, roff := 0, 0
+	for i, ch := range chunks {
+		src := body[coff : coff+ch.comp]
+		dst := out[roff : roff+ch.raw]
+		coff += ch.comp
+		roff += ch.raw
+		work := func() {
+			got, err := c.dec.DecodeAll(src, dst[:0:len(dst)])
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("zstd chunk %d: %v", i, err)
+			case len(got) != len(dst) || (len(got) > 0 && &got[0] != &dst[0]):
+				errs[i] = fmt.Errorf("chunk %d decompressed to %d bytes, expected %d", i, len(got), len(dst))
+			}
+		}
+		if i == len(chunks)-1 {
+			work()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // canonicalJSON returns a compact canonical text of one JSON value: object keys sorted, no

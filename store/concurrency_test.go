@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,13 +90,14 @@ func TestCloseDrainsQueue(t *testing.T) {
 	}
 	_, err = s.Enqueue(SaveRequest{WorkflowID: "w"}).Wait(context.Background())
 	require.ErrorIs(t, err, ErrClosed)
+	wi, err := os.Stat(path + "-wal")
+	require.True(t, err != nil || wi.Size() == 0, "Close checkpointed the WAL")
 	s2, err := Open(context.Background(), Options{Path: path, noBackground: true})
 	require.NoError(t, err)
 	defer s2.Close()
 	st, err := s2.Stats(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 300, st.Checkpoints)
-	require.Zero(t, st.WALBytes, "Close checkpointed the WAL")
 }
 
 func TestTwoStoresOneFile(t *testing.T) {
@@ -209,4 +213,55 @@ func TestWaitContext(t *testing.T) {
 	res, err := p.Wait(context.Background())
 	require.NoError(t, err, "the accepted save is committed anyway")
 	require.Equal(t, int64(1), res.Seq)
+}
+
+// TestHelperProcessSaver is the other process of TestTwoProcesses.
+func TestHelperProcessSaver(t *testing.T) {
+	path := os.Getenv("CKPTD_STORE_HELPER_DB")
+	if path == "" {
+		t.Skip("helper process for TestTwoProcesses")
+	}
+	s, err := Open(context.Background(), Options{Path: path})
+	require.NoError(t, err)
+	for i := 0; i < 150; i++ {
+		res, err := s.Save(context.Background(), SaveRequest{WorkflowID: "proc-b", State: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+		require.NoError(t, err)
+		require.Equal(t, int64(i+1), res.Seq)
+		if i%25 == 0 {
+			_, err := s.Prune(context.Background(), PruneRequest{KeepLast: 1000})
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, s.Close())
+}
+
+func TestTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	path := filepath.Join(t.TempDir(), "ckptd.db")
+	ctx := context.Background()
+	s, err := Open(ctx, Options{Path: path})
+	require.NoError(t, err)
+	defer s.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcessSaver$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "CKPTD_STORE_HELPER_DB="+path)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	for i := 0; i < 150; i++ {
+		res, err := s.Save(ctx, SaveRequest{WorkflowID: "proc-a", State: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+		require.NoError(t, err)
+		require.Equal(t, int64(i+1), res.Seq)
+		if i%25 == 0 {
+			_, err := s.List(ctx, ListFilter{Limit: 10})
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, cmd.Wait(), out.String())
+	for _, wf := range []string{"proc-a", "proc-b"} {
+		lr, err := s.LoadLatest(ctx, wf, "")
+		require.NoError(t, err)
+		require.Equal(t, int64(150), lr.Seq, wf)
+	}
 }

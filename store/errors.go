@@ -54,6 +54,9 @@ func isBusy(err error) bool {
 	return false
 }
 
+// isCorrupt reports SQLITE_CORRUPT: SQLite found a damaged page.
+func isCorrupt(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CORRUPT }
+
 // isUnavailable reports errors that mean the storage itself is failing (disk full, I/O, ...).
 func isUnavailable(err error) bool {
 	switch sqliteCode(err) {

@@ -223,6 +223,21 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 	}
 }
 
+func TestOpenFreshEmptyFileOfAnotherCkptd(t *testing.T) {
+	// another ckptd created (and marked) the file but has not written to it yet
+	path := filepath.Join(t.TempDir(), "ckptd.db")
+	created, err := precheckFile(path)
+	require.NoError(t, err)
+	require.True(t, created)
+	s, err := Open(context.Background(), Options{Path: path, noBackground: true})
+	require.NoError(t, err)
+	mustSave(t, s, SaveRequest{WorkflowID: "w"})
+	var av int
+	require.NoError(t, s.rdb.QueryRow("PRAGMA auto_vacuum").Scan(&av))
+	require.Equal(t, 2, av)
+	require.NoError(t, s.Close())
+}
+
 func TestOpenCreatesPrivateFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	path := filepath.Join(dir, "ckptd.db")

@@ -387,3 +387,32 @@ func TestCountArray(t *testing.T) {
 	require.NoError(t, json.Unmarshal(pendingTasksJSON(10), &arr))
 	require.Len(t, arr, 10)
 }
+
+// TestKeepLastFastPath checks the save path's keepLast shortcut against SelectExpired.
+func TestKeepLastFastPath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for round := 0; round < 40; round++ {
+		r := Retention{KeepLast: 1 + rng.IntN(5), KeepFirst: rng.IntN(2) == 0}
+		s := openTest(t)
+		ctx := context.Background()
+		var items []RetentionItem
+		n := rng.IntN(12)
+		for i := 0; i < n; i++ {
+			res := mustSave(t, s, SaveRequest{WorkflowID: "w"})
+			items = append(items, RetentionItem{Seq: res.Seq, ID: res.CheckpointID, CreatedAt: res.CreatedAt})
+		}
+		want := SelectExpired(items, r, time.Now())
+		var got []string
+		err := s.do(ctx, func(ctx context.Context, w *wtx) error {
+			var err error
+			got, err = s.applyKeepLast(ctx, w, "w", "", r)
+			return err
+		})
+		require.NoError(t, err)
+		if len(want) == 0 {
+			want = []string{}
+		}
+		require.Equal(t, want, got, "round %d: %+v over %d", round, r, n)
+		require.NoError(t, s.Close())
+	}
+}

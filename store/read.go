@@ -63,6 +63,35 @@ func (x *summaryScan) finish() (Summary, error) {
 	return sm, nil
 }
 
+const maxReadStmts = 256
+
+// query runs q inside the read transaction tx through a cached prepared statement.
+func (s *Store) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	s.rmu.Lock()
+	st, ok := s.rstmt[q]
+	s.rmu.Unlock()
+	if !ok {
+		var err error
+		if st, err = s.rdb.PrepareContext(ctx, q); err != nil {
+			return nil, err
+		}
+		s.rmu.Lock()
+		if s.rstmt == nil {
+			s.rstmt = map[string]*sql.Stmt{}
+		}
+		if old, dup := s.rstmt[q]; dup {
+			_ = st.Close()
+			st = old
+		} else if len(s.rstmt) < maxReadStmts {
+			s.rstmt[q] = st
+		} else {
+			defer st.Close() // cache full (many list shapes): use once
+		}
+		s.rmu.Unlock()
+	}
+	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
+
 // retryRead runs a read, retrying while the database is busy, and wraps errors.
 func (s *Store) retryRead(ctx context.Context, op string, f func() error) error {
 	if err := s.retry(ctx, f); err != nil {
@@ -79,8 +108,27 @@ const loadQuery = `SELECT ` + summaryCols + `, c.completed_tasks, c.pending_task
 	FROM checkpoints c LEFT JOIN states s ON s.hash = c.state_hash WHERE `
 
 // loadOne reads and verifies one checkpoint by rowid or checkpoint id inside tx.
-func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) (Checkpoint, error) {
-	rows, err := tx.QueryContext(ctx, loadQuery+where, arg)
+func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) (_ Checkpoint, err error) {
+	var x summaryScan
+	defer func() {
+		var ce *CorruptError
+		if errors.As(err, &ce) && ce.WorkflowID == "" { // named in checkpoint/corrupted
+			ce.WorkflowID = x.sm.WorkflowID
+		}
+		// A damaged database page under this checkpoint's rows (SQLITE_CORRUPT, e.g. a wrecked
+		// b-tree page of its state) is this checkpoint's corruption, reported like a failed
+		// hash: an explicit load answers -32002 naming it and a latest-load falls back to an
+		// older checkpoint, instead of a storage error (-32006) that names nothing.
+		if isCorrupt(err) {
+			ce := &CorruptError{CheckpointID: fmt.Sprint(arg), Reason: "database page corrupt: " + err.Error()}
+			var id, wf string // best effort: the checkpoint's own row may still be readable
+			if tx.QueryRowContext(ctx, `SELECT c.checkpoint_id, c.workflow_id FROM checkpoints c WHERE `+where, arg).Scan(&id, &wf) == nil {
+				ce.CheckpointID, ce.WorkflowID = id, wf
+			}
+			err = ce
+		}
+	}()
+	rows, err := s.query(ctx, tx, loadQuery+where, arg)
 	if err != nil {
 		return Checkpoint{}, err
 	}
@@ -91,15 +139,11 @@ func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) 
 		}
 		return Checkpoint{}, fmt.Errorf("checkpoint %v: %w", arg, ErrNotFound)
 	}
-	var x summaryScan
 	var completed, pending []byte
 	var enc, size sql.NullInt64
 	var data sql.RawBytes
 	if err := rows.Scan(append(x.dest(), &completed, &pending, &enc, &size, &data)...); err != nil {
-		if sqliteCode(err) == 11 { // SQLITE_CORRUPT
-			return Checkpoint{}, &CorruptError{CheckpointID: fmt.Sprint(arg), Reason: err.Error()}
-		}
-		return Checkpoint{}, err
+		return Checkpoint{}, err // SQLITE_CORRUPT: see the defer above
 	}
 	sm, err := x.finish()
 	if err != nil {
@@ -142,7 +186,7 @@ func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) 
 }
 
 func (s *Store) readWrites(ctx context.Context, tx *sql.Tx, checkpointID string) ([]Write, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT task_id, task_path, idx, channel, type, is_bytes, value FROM writes
+	rows, err := s.query(ctx, tx, `SELECT task_id, task_path, idx, channel, type, is_bytes, value FROM writes
 		WHERE checkpoint_id = ? ORDER BY task_id, idx`, checkpointID)
 	if err != nil {
 		return nil, err
@@ -204,7 +248,7 @@ func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (L
 	var res LoadResult
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		res = LoadResult{}
-		rows, err := tx.QueryContext(ctx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
+		rows, err := s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
 			ORDER BY seq DESC`, workflowID, namespace)
 		if err != nil {
 			return err
@@ -275,7 +319,7 @@ func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (L
 }
 
 func (s *Store) refsAfter(ctx context.Context, tx *sql.Tx, wf, ns string, rowid int64) ([]ckRef, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
+	rows, err := s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
 		AND seq < (SELECT seq FROM checkpoints WHERE id = ?) ORDER BY seq DESC`, wf, ns, rowid)
 	if err != nil {
 		return nil, err
@@ -421,7 +465,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]Summary, error) {
 		if err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, q, args...)
+		rows, err := s.query(ctx, tx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -432,9 +476,8 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]Summary, error) {
 				return err
 			}
 			sm, err := x.finish()
-			if err != nil {
+			if err != nil { // listed anyway; loading it reports the corruption
 				s.log.Warn("ckptd store: corrupt checkpoint summary", "checkpointId", sm.CheckpointID, "err", err)
-				sm.Error = &StepError{Message: "(corrupt: " + err.Error() + ")"}
 			}
 			out = append(out, sm)
 		}
@@ -456,10 +499,7 @@ func summaryByRowid(ctx context.Context, tx *sql.Tx, rowid int64) (Summary, erro
 	if err := tx.QueryRowContext(ctx, `SELECT `+summaryCols+` FROM checkpoints c WHERE c.id = ?`, rowid).Scan(x.dest()...); err != nil {
 		return Summary{}, err
 	}
-	sm, err := x.finish()
-	if err != nil {
-		sm.Error = &StepError{Message: "(corrupt: " + err.Error() + ")"}
-	}
+	sm, _ := x.finish() // a bad stored error is reported when the checkpoint is loaded
 	return sm, nil
 }
 

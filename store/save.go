@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -22,8 +21,6 @@ const (
 	maxCheckpointIDBytes = 256
 	parallelHashMin      = 64 << 10 // hash and compress concurrently above this size
 )
-
-var osStat = os.Stat
 
 // saveJob is a save plus everything computed before it reaches the writer.
 type saveJob struct {
@@ -82,22 +79,39 @@ func (s *Store) Save(ctx context.Context, req SaveRequest) (SaveResult, error) {
 func (s *Store) Enqueue(req SaveRequest) *Pending {
 	sj := &saveJob{req: req}
 	j := &job{save: sj, ready: make(chan struct{}), done: make(chan struct{})}
+	inline := len(req.State) < inlinePrepState &&
+		len(req.PendingTasks)+len(req.CompletedTasks)+len(req.Metadata) < inlinePrepRest
+	if inline {
+		s.prepareJob(j) // microseconds: cheaper than a goroutine hand-off
+	}
 	if !s.push(j) {
 		j.err = fmt.Errorf("save: %w", ErrClosed)
-		close(j.ready)
+		if !inline {
+			close(j.ready)
+		}
 		close(j.done)
 		return &Pending{j: j}
 	}
-	go func() {
-		defer close(j.ready)
-		defer func() {
-			if r := recover(); r != nil {
-				sj.err = fmt.Errorf("save: internal error preparing checkpoint: %v", r)
-			}
-		}()
-		sj.err = s.prepare(sj)
-	}()
+	if !inline {
+		go s.prepareJob(j)
+	}
 	return &Pending{j: j}
+}
+
+// Enqueue prepares saves this small inline; larger ones on their own goroutine.
+const (
+	inlinePrepState = 8 << 10
+	inlinePrepRest  = 64 << 10
+)
+
+func (s *Store) prepareJob(j *job) {
+	defer close(j.ready)
+	defer func() {
+		if r := recover(); r != nil {
+			j.save.err = fmt.Errorf("save: internal error preparing checkpoint: %v", r)
+		}
+	}()
+	j.save.err = s.prepare(j.save)
 }
 
 // prepare validates the request and computes hashes, compressed bytes and metadata index rows.
@@ -249,8 +263,9 @@ func (sj *saveJob) prepareMetadata() error {
 
 // writeStmts are the writer connection's prepared statements for the save path.
 type writeStmts struct {
-	existing, upsertWf, selState, insState, insCkpt, insMeta, retItems *sql.Stmt
-	delMeta, delWrites, delCkpt, delState                              *sql.Stmt
+	begin, commit, rollback, savepoint, release, rollbackTo                       *sql.Stmt
+	existing, upsertWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
+	delMeta, delWrites, delCkpt, delState                                         *sql.Stmt
 }
 
 func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
@@ -259,6 +274,12 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 		dst **sql.Stmt
 		q   string
 	}{
+		{&ws.begin, `BEGIN IMMEDIATE`},
+		{&ws.commit, `COMMIT`},
+		{&ws.rollback, `ROLLBACK`},
+		{&ws.savepoint, `SAVEPOINT job`},
+		{&ws.release, `RELEASE job`},
+		{&ws.rollbackTo, `ROLLBACK TO job`},
 		{&ws.existing, `SELECT workflow_id, content_hash, seq, created_at, size, stored_size, state_hash, dedup
 			FROM checkpoints WHERE checkpoint_id = ?`},
 		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at) VALUES (?1, 2, ?2, ?2)
@@ -273,6 +294,8 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 		{&ws.insMeta, `INSERT INTO checkpoint_meta(key, value, ckpt) VALUES (?, ?, ?)`},
 		{&ws.retItems, `SELECT id, seq, checkpoint_id, created_at FROM checkpoints
 			WHERE workflow_id = ? AND namespace = ? ORDER BY seq`},
+		{&ws.retBeyond, `SELECT id, checkpoint_id FROM checkpoints
+			WHERE workflow_id = ? AND namespace = ? ORDER BY seq DESC LIMIT -1 OFFSET ?`},
 		{&ws.delMeta, `DELETE FROM checkpoint_meta WHERE ckpt = ?`},
 		{&ws.delWrites, `DELETE FROM writes WHERE checkpoint_id = ?`},
 		{&ws.delCkpt, `DELETE FROM checkpoints WHERE id = ? RETURNING state_hash`},
@@ -289,8 +312,8 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 }
 
 func (ws *writeStmts) close() {
-	for _, st := range []*sql.Stmt{ws.existing, ws.upsertWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
-		ws.retItems, ws.delMeta, ws.delWrites, ws.delCkpt, ws.delState} {
+	for _, st := range []*sql.Stmt{ws.begin, ws.commit, ws.rollback, ws.savepoint, ws.release, ws.rollbackTo, ws.existing, ws.upsertWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
+		ws.retItems, ws.retBeyond, ws.delMeta, ws.delWrites, ws.delCkpt, ws.delState} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -356,6 +379,7 @@ func (s *Store) runSave(ctx context.Context, w *wtx, sj *saveJob) error {
 				return err
 			}
 			stored = int64(len(sj.data))
+			s.walPending.Add(stored)
 		default:
 			return err
 		}
@@ -401,6 +425,9 @@ func (s *Store) runSave(ctx context.Context, w *wtx, sj *saveJob) error {
 
 // applyRetention deletes what r selects among (workflow, namespace)'s checkpoints.
 func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r Retention, now time.Time) ([]string, error) {
+	if r.MaxAgeSeconds <= 0 && r.KeepLast > 0 {
+		return s.applyKeepLast(ctx, w, wf, ns, r)
+	}
 	rows, err := s.ws.retItems.QueryContext(ctx, wf, ns)
 	if err != nil {
 		return nil, err
@@ -431,6 +458,42 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r Ret
 		}
 	}
 	return expired, nil
+}
+
+// applyKeepLast is applyRetention for a keepLast-only policy (the common default): it reads only
+// the checkpoints beyond the newest KeepLast instead of all of them. Same result as SelectExpired.
+func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r Retention) ([]string, error) {
+	refs, err := scanRefs(s.ws.retBeyond.QueryContext(ctx, wf, ns, r.KeepLast))
+	if err != nil {
+		return nil, err
+	}
+	if r.KeepFirst && len(refs) > 0 {
+		refs = refs[:len(refs)-1] // newest first: the last one is the lowest seq
+	}
+	expired := make([]string, 0, len(refs))
+	for i := len(refs) - 1; i >= 0; i-- { // seq order, like SelectExpired
+		if _, err := s.deleteCheckpoint(ctx, w, refs[i].rowid, refs[i].id); err != nil {
+			return nil, err
+		}
+		expired = append(expired, refs[i].id)
+	}
+	return expired, nil
+}
+
+func scanRefs(rows *sql.Rows, err error) ([]ckRef, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ckRef
+	for rows.Next() {
+		var r ckRef
+		if err := rows.Scan(&r.rowid, &r.id); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // deleteCheckpoint removes one checkpoint, its metadata rows, its pending writes and its state

@@ -97,6 +97,72 @@ CREATE TABLE writes (
 	PRIMARY KEY (checkpoint_id, task_id, idx)
 );
 `,
+	// 3: LangGraph channel storage (store/channels.go): checkpoints keyed by (thread, namespace, id),
+	// channel blobs keyed by (thread, namespace, channel, version), pending writes, metadata index.
+	`
+CREATE TABLE lg_checkpoints (
+	id               INTEGER PRIMARY KEY,  -- storage order (ties in lg/list)
+	thread_id        TEXT NOT NULL,
+	namespace        TEXT NOT NULL,
+	checkpoint_id    TEXT NOT NULL,
+	parent_id        TEXT,
+	created_at       INTEGER NOT NULL,     -- unix micros
+	channel_versions TEXT NOT NULL,        -- JSON object channel -> version, as sent
+	metadata         BLOB,                 -- JSON object as sent
+	type             TEXT NOT NULL,        -- serializer tag of data
+	encoding         INTEGER NOT NULL,     -- 0 raw, 1 zstd, 2 chunked zstd
+	size             INTEGER NOT NULL,     -- raw size
+	sha256           BLOB NOT NULL,        -- of the raw bytes
+	data             BLOB NOT NULL         -- the serialized checkpoint (last)
+);
+CREATE UNIQUE INDEX lg_checkpoints_key ON lg_checkpoints(thread_id, namespace, checkpoint_id);
+CREATE INDEX lg_checkpoints_thread ON lg_checkpoints(thread_id, checkpoint_id);
+CREATE INDEX lg_checkpoints_ns ON lg_checkpoints(namespace, checkpoint_id);
+CREATE INDEX lg_checkpoints_id ON lg_checkpoints(checkpoint_id);
+
+-- Top-level metadata keys for exact-match filters: vhash = first 16 bytes of SHA-256 of the
+-- value's canonical JSON. checkpoint_id is repeated so that filters walk it in list order.
+CREATE TABLE lg_meta (
+	key           TEXT NOT NULL,
+	vhash         BLOB NOT NULL,
+	checkpoint_id TEXT NOT NULL,
+	ckpt          INTEGER NOT NULL,  -- lg_checkpoints.id
+	PRIMARY KEY (key, vhash, checkpoint_id, ckpt)
+) WITHOUT ROWID;
+CREATE INDEX lg_meta_ckpt ON lg_meta(ckpt);
+
+-- Channel values; immutable once stored. version is the canonical JSON text of the version.
+CREATE TABLE lg_blobs (
+	id        INTEGER PRIMARY KEY,
+	thread_id TEXT NOT NULL,
+	namespace TEXT NOT NULL,
+	channel   TEXT NOT NULL,
+	version   TEXT NOT NULL,
+	type      TEXT NOT NULL,     -- serializer tag; "empty": no value
+	encoding  INTEGER NOT NULL,
+	size      INTEGER NOT NULL,
+	sha256    BLOB NOT NULL,
+	data      BLOB NOT NULL
+);
+CREATE UNIQUE INDEX lg_blobs_key ON lg_blobs(thread_id, namespace, channel, version);
+
+CREATE TABLE lg_writes (
+	id            INTEGER PRIMARY KEY,
+	thread_id     TEXT NOT NULL,
+	namespace     TEXT NOT NULL,
+	checkpoint_id TEXT NOT NULL,
+	task_id       TEXT NOT NULL,
+	idx           INTEGER NOT NULL,
+	task_path     TEXT NOT NULL,
+	channel       TEXT NOT NULL,
+	type          TEXT NOT NULL,
+	encoding      INTEGER NOT NULL,
+	size          INTEGER NOT NULL,
+	sha256        BLOB NOT NULL,
+	data          BLOB NOT NULL
+);
+CREATE UNIQUE INDEX lg_writes_key ON lg_writes(thread_id, namespace, checkpoint_id, task_id, idx);
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.
@@ -105,33 +171,24 @@ var SchemaVersion = len(migrations)
 // checkSchema refuses databases this build must not touch: a newer schema version, another
 // application's database. It only reads.
 func checkSchema(ctx context.Context, conn *sql.Conn, retry func(context.Context, func() error) error) error {
-	var v, app int
+	// One statement, so one snapshot: read separately, another ckptd creating the schema of a
+	// new database at the same moment (migration 1 sets all three in one transaction) could be
+	// seen half before and half after its commit ("schema objects but no ckptd schema version").
+	var v, app, n int
 	if err := retry(ctx, func() error {
-		return conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+		return conn.QueryRowContext(ctx, `SELECT (SELECT user_version FROM pragma_user_version),
+			(SELECT application_id FROM pragma_application_id), (SELECT count(*) FROM sqlite_schema)`).Scan(&v, &app, &n)
 	}); err != nil {
 		return wrapDB("read user_version", err)
 	}
 	if v > len(migrations) {
 		return fmt.Errorf("database schema version %d is newer than this ckptd supports (%d): upgrade ckptd", v, len(migrations))
 	}
-	if err := retry(ctx, func() error {
-		return conn.QueryRowContext(ctx, "PRAGMA application_id").Scan(&app)
-	}); err != nil {
-		return wrapDB("read application_id", err)
-	}
 	if app != 0 && app != applicationID {
 		return fmt.Errorf("not a ckptd database (application_id %#x)", app)
 	}
-	if v == 0 {
-		var n int
-		if err := retry(ctx, func() error {
-			return conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n)
-		}); err != nil {
-			return wrapDB("read schema", err)
-		}
-		if n > 0 && app != applicationID {
-			return fmt.Errorf("not a ckptd database: it has %d schema objects but no ckptd schema version", n)
-		}
+	if v == 0 && n > 0 && app != applicationID {
+		return fmt.Errorf("not a ckptd database: it has %d schema objects but no ckptd schema version", n)
 	}
 	return nil
 }

@@ -80,11 +80,23 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]C
 				return err
 			}
 		}
-		if err := rows.Close(); err != nil {
-			return err
+		fellBack := false
+		scanErr := rows.Err()
+		if err := rows.Close(); scanErr == nil {
+			scanErr = err
 		}
-		if err := rows.Err(); err != nil {
-			return err
+		if isCorrupt(scanErr) {
+			// A damaged page of the states table stops the scan: check each checkpoint on its
+			// own instead (loadOne names those whose rows sit on damaged pages), so that every
+			// corrupt checkpoint is still listed, and report the damage itself.
+			each, err := s.verifyEach(ctx, tx)
+			if err != nil {
+				return err
+			}
+			out = append(each, CorruptError{Reason: "database: states table: " + scanErr.Error()})
+			bad, fellBack = nil, true
+		} else if scanErr != nil {
+			return scanErr
 		}
 		for _, h := range bad {
 			ids, err := tx.QueryContext(ctx, `SELECT checkpoint_id FROM checkpoints WHERE state_hash = ? ORDER BY id`, h)
@@ -101,21 +113,23 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]C
 			}
 			ids.Close()
 		}
-		// checkpoints whose state row is missing
-		ids, err := tx.QueryContext(ctx, `SELECT checkpoint_id FROM checkpoints c WHERE c.state_hash IS NOT NULL
-			AND NOT EXISTS (SELECT 1 FROM states s WHERE s.hash = c.state_hash) ORDER BY id`)
-		if err != nil {
-			return err
-		}
-		for ids.Next() {
-			var id string
-			if err := ids.Scan(&id); err != nil {
-				ids.Close()
+		// checkpoints whose state row is missing (verifyEach found those already)
+		if !fellBack {
+			ids, err := tx.QueryContext(ctx, `SELECT checkpoint_id FROM checkpoints c WHERE c.state_hash IS NOT NULL
+				AND NOT EXISTS (SELECT 1 FROM states s WHERE s.hash = c.state_hash) ORDER BY id`)
+			if err != nil {
 				return err
 			}
-			out = append(out, CorruptError{CheckpointID: id, Reason: "state blob missing"})
+			for ids.Next() {
+				var id string
+				if err := ids.Scan(&id); err != nil {
+					ids.Close()
+					return err
+				}
+				out = append(out, CorruptError{CheckpointID: id, Reason: "state blob missing"})
+			}
+			ids.Close()
 		}
-		ids.Close()
 
 		ic, err := tx.QueryContext(ctx, `PRAGMA integrity_check`)
 		if err != nil {
@@ -141,6 +155,45 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]C
 			return append(out, CorruptError{Reason: "database: " + err.Error()}), nil
 		}
 		return out, wrapDB(fmt.Sprintf("verify %s", s.path), err)
+	}
+	return out, nil
+}
+
+// verifyEach verifies every checkpoint with loadOne: Verify's fallback when SQLite cannot scan
+// the states table.
+func (s *Store) verifyEach(ctx context.Context, tx *sql.Tx) ([]CorruptError, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM checkpoints ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var out []CorruptError
+	for _, id := range ids {
+		_, err := s.loadOne(ctx, tx, "c.id = ?", id)
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			out = append(out, *ce)
+		case err != nil:
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

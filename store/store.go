@@ -40,13 +40,14 @@ const (
 )
 
 const (
-	busyTimeoutMS   = 5000             // SQLite's own busy wait per attempt
-	busyGiveUp      = 30 * time.Second // then ErrUnavailable
-	walTruncateSize = 64 << 20         // TRUNCATE-checkpoint a WAL larger than this
-	warnStateBytes  = 10 << 20
-	maxBatchJobs    = 128
-	maxBatchBytes   = 32 << 20
-	readPoolSize    = 4
+	busyTimeoutMS      = 5000             // SQLite's own busy wait per attempt
+	busyGiveUp         = 30 * time.Second // then ErrUnavailable
+	walTruncateSize    = 64 << 20         // TRUNCATE-checkpoint a WAL larger than this
+	walCheckpointBytes = 8 << 20          // checkpoint early once about this much was written
+	warnStateBytes     = 10 << 20
+	maxBatchJobs       = 128
+	maxBatchBytes      = 32 << 20
+	readPoolSize       = 4
 )
 
 // Options configures Open.
@@ -81,7 +82,9 @@ type Store struct {
 	wconn *sql.Conn // held by the writer goroutine
 	ws    *writeStmts
 	rdb   *sql.DB // query_only read pool
-	cdb   *sql.DB // WAL checkpointer connection
+	rmu   sync.Mutex
+	rstmt map[string]*sql.Stmt // prepared read statements (per connection inside database/sql)
+	cdb   *sql.DB              // WAL checkpointer connection
 
 	mu       sync.Mutex
 	queue    []*job
@@ -92,11 +95,12 @@ type Store struct {
 	stopBG   chan struct{}
 	ckptKick chan struct{}
 
-	writes    atomic.Uint64 // commits, for the checkpointer
-	deletes   atomic.Uint64 // checkpoints removed by retention (for background vacuum)
-	onPruned  atomic.Pointer[func(workflowID string, ids []string, reason string)]
-	closeOnce sync.Once
-	closeErr  error
+	writes     atomic.Uint64 // commits, for the checkpointer
+	walPending atomic.Int64  // approx. bytes written since the last checkpoint
+	deletes    atomic.Uint64 // checkpoints removed by retention (for background vacuum)
+	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // Open opens (creating if needed) the database at opts.Path, validates it and migrates its schema.
@@ -188,6 +192,11 @@ func precheckFile(path string) (created bool, err error) {
 		if err := f.Close(); err != nil {
 			return false, fmt.Errorf("open store: create %s: %w", path, err)
 		}
+		// Mark the empty file as ours until SQLite writes to it, so that another ckptd starting
+		// on the same new path at the same moment recognises it (utimensat: no descriptor).
+		if err := os.Chtimes(path, freshMark, freshMark); err != nil {
+			return false, fmt.Errorf("open store: mark %s: %w", path, err)
+		}
 		return true, nil
 	}
 	if !errors.Is(err, os.ErrExist) {
@@ -205,6 +214,15 @@ func precheckFile(path string) (created bool, err error) {
 		// A brand-new database whose first commit still sits in the WAL is legitimately empty.
 		if wi, err := os.Stat(path + "-wal"); err == nil && wi.Size() > 0 {
 			return false, nil
+		}
+		// Another ckptd may have just created the file and not written its first page yet
+		// (two processes starting on a new DB at once). Give it a moment; a freshly created
+		// empty file is then opened normally (migrations are safe to race), an old one refused.
+		switch justCreated(path) {
+		case freshEmpty:
+			return true, nil // initialise it like a file we created (migrations are safe to race)
+		case freshGrown:
+			return precheckFile(path) // validate what the other ckptd wrote
 		}
 		return false, fmt.Errorf("open store: %s is an empty file, not a SQLite database (refusing to overwrite it)", path)
 	}
@@ -234,6 +252,17 @@ func precheckFile(path string) (created bool, err error) {
 	if size < pageSize || size%pageSize != 0 {
 		return false, fmt.Errorf("open store: %s is truncated: %d bytes is not a whole number of %d-byte pages", path, size, pageSize)
 	}
+	// A file cut at a page boundary: the header's page count (valid when the change counter
+	// matches "version-valid-for") says how long it must be. SQLite would otherwise open it and
+	// fail later with "database disk image is malformed". With a non-empty WAL the header may
+	// legitimately be ahead of the file (a checkpoint was interrupted): SQLite recovers that.
+	if pages := int64(binary.BigEndian.Uint32(hdr[28:32])); pages > 0 && size < pages*pageSize &&
+		binary.BigEndian.Uint32(hdr[24:28]) == binary.BigEndian.Uint32(hdr[92:96]) {
+		if wi, err := os.Stat(path + "-wal"); err != nil || wi.Size() == 0 {
+			return false, fmt.Errorf("open store: %s is truncated: its header says %d pages (%d bytes) but the file has %d bytes",
+				path, pages, pages*pageSize, size)
+		}
+	}
 	return false, nil
 }
 
@@ -246,15 +275,23 @@ func (s *Store) dsn(pragmas []string, extra string) string {
 }
 
 func (s *Store) openConns(ctx context.Context, created bool) error {
-	sync := "FULL"
+	sync, fullfsync := "FULL", "fullfsync(1)"
 	if s.opts.Durability == DurabilityNormal {
-		sync = "NORMAL"
+		sync, fullfsync = "NORMAL", "fullfsync(0)"
 	}
+	// fullfsync: on macOS a plain fsync leaves the data in the drive's write cache, so power
+	// loss could still lose acknowledged saves at --durability full; F_FULLFSYNC flushes it.
+	// Other systems ignore the setting (docs/durability.md).
 	busy := fmt.Sprintf("busy_timeout(%d)", s.opts.busyTimeout.Milliseconds())
 	limit := fmt.Sprintf("journal_size_limit(%d)", walTruncateSize)
 	// journal_mode is switched only after checkSchema: a refused file must stay untouched.
-	wdsn := s.dsn([]string{busy, "auto_vacuum(INCREMENTAL)", "foreign_keys(0)", limit,
-		"synchronous(" + sync + ")", "wal_autocheckpoint(0)", "temp_store(MEMORY)", "cache_size(-16384)"}, "&_txlock=immediate")
+	wp := []string{busy, "foreign_keys(0)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)",
+		"temp_store(MEMORY)", "cache_size(-16384)"}
+	if created {
+		// must precede the first table; on an existing file it would rewrite the header page
+		wp = append(wp, "auto_vacuum(INCREMENTAL)")
+	}
+	wdsn := s.dsn(wp, "&_txlock=immediate")
 	var err error
 	if s.wdb, err = sql.Open("sqlite", wdsn); err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -312,7 +349,7 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	s.rdb.SetConnMaxLifetime(0)
 	s.rdb.SetConnMaxIdleTime(0)
 
-	cdsn := s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", "wal_autocheckpoint(0)"}, "")
+	cdsn := s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)"}, "")
 	if s.cdb, err = sql.Open("sqlite", cdsn); err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -330,6 +367,12 @@ func (s *Store) closeConns() {
 	if s.wconn != nil {
 		_ = s.wconn.Close()
 	}
+	s.rmu.Lock()
+	for _, st := range s.rstmt {
+		_ = st.Close()
+	}
+	s.rstmt = nil
+	s.rmu.Unlock()
 	for _, db := range []*sql.DB{s.rdb, s.cdb, s.wdb} {
 		if db != nil {
 			_ = db.Close()
@@ -415,5 +458,42 @@ func (s *Store) retry(ctx context.Context, f func() error) error {
 		if delay < 200*time.Millisecond {
 			delay *= 2
 		}
+	}
+}
+
+// freshMark is the mtime ckptd gives a database file it has just created and not yet written.
+var freshMark = time.Unix(0, applicationID)
+
+type freshness int
+
+const (
+	notFresh   freshness = iota
+	freshEmpty           // still empty, marked by a ckptd
+	freshGrown           // gained content meanwhile
+)
+
+// justCreated tells whether an empty database file is a new one being set up by another ckptd:
+// it carries freshMark, or it gains content (or a WAL) within two seconds. Any other empty file
+// is refused: it may be the remains of something else.
+func justCreated(path string) freshness {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		cur, err := os.Stat(path)
+		if err != nil {
+			return notFresh
+		}
+		if cur.Size() > 0 {
+			return freshGrown
+		}
+		if wi, err := os.Stat(path + "-wal"); err == nil && wi.Size() > 0 {
+			return freshEmpty
+		}
+		if cur.ModTime().Equal(freshMark) {
+			return freshEmpty
+		}
+		if !time.Now().Before(deadline) {
+			return notFresh
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -323,9 +323,29 @@ func TestCorruption(t *testing.T) {
 	require.Equal(t, ids[2], lr.RecoveredFrom[1].CheckpointID)
 	require.Contains(t, lr.RecoveredFrom[1].Reason, "SHA-256")
 
-	bad, err := s.Verify(ctx, nil)
+	var progressed [2]int
+	bad, err := s.Verify(ctx, func(done, total int) { progressed = [2]int{done, total} })
 	require.NoError(t, err)
 	require.Len(t, bad, 2)
+	require.Equal(t, [2]int{4, 4}, progressed)
+
+	// a missing state row is corruption too
+	extra := mustSave(t, s, SaveRequest{WorkflowID: "w", State: []byte(`{"extra":1}`)})
+	_, err = rawDB(t, s.Path()).Exec(`DELETE FROM states WHERE hash = (SELECT state_hash FROM checkpoints WHERE checkpoint_id = ?)`, extra.CheckpointID)
+	require.NoError(t, err)
+	_, err = s.Load(ctx, extra.CheckpointID)
+	var missing *CorruptError
+	require.ErrorAs(t, err, &missing)
+	require.Contains(t, missing.Reason, "missing")
+	lr, err = s.LoadLatest(ctx, "w", "")
+	require.NoError(t, err)
+	require.Equal(t, ids[1], lr.CheckpointID)
+	require.Len(t, lr.RecoveredFrom, 3)
+	bad, err = s.Verify(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, bad, 3)
+	_, err = s.Delete(ctx, extra.CheckpointID)
+	require.NoError(t, err)
 
 	// every checkpoint corrupt: the newest's CorruptError
 	corruptState(t, s, ids[1], []byte("x"))

@@ -194,6 +194,7 @@ var (
 // CorruptError says a stored checkpoint failed verification.
 type CorruptError struct {
 	CheckpointID string
+	WorkflowID   string // the checkpoint's workflow, when it could be read
 	Reason       string
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 )
 
@@ -151,7 +152,7 @@ func (s *Store) runBatch(batch []*job) {
 	start := time.Now()
 	delay := time.Millisecond
 	for {
-		err := s.tryBatch(ctx, batch)
+		err := s.tryBatchSafe(ctx, batch)
 		if err == nil {
 			break
 		}
@@ -190,25 +191,50 @@ func (s *Store) runBatch(batch []*job) {
 	for _, j := range batch {
 		if j.err == nil {
 			for _, f := range j.post {
-				f()
+				s.runHook(f)
 			}
 		}
 		close(j.done)
 	}
 }
 
+// tryBatchSafe is tryBatch with a panic turned into a failed (rolled back) batch.
+func (s *Store) tryBatchSafe(ctx context.Context, batch []*job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ckptd store: panic in write transaction", "panic", r)
+			_, _ = s.ws.rollback.ExecContext(ctx)
+			err = fmt.Errorf("internal error in write transaction: %v", r)
+		}
+	}()
+	return s.tryBatch(ctx, batch)
+}
+
+func (s *Store) runHook(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ckptd store: panic in post-commit hook", "panic", r)
+		}
+	}()
+	f()
+}
+
 func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 	for _, j := range batch {
 		j.err, j.post, j.vacuum = nil, nil, false
 	}
-	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	ws := s.ws
+	if _, err := ws.begin.ExecContext(ctx); err != nil {
 		return err
 	}
+	open := true
 	defer func() {
-		if err != nil {
-			_, _ = s.wconn.ExecContext(ctx, "ROLLBACK")
+		if err != nil && open {
+			_, _ = ws.rollback.ExecContext(ctx)
 		}
 	}()
+	// A lone job needs no savepoint: on failure the whole transaction is rolled back instead.
+	single := len(batch) == 1
 	w := &wtx{s: s, conn: s.wconn}
 	for _, j := range batch {
 		if j.save != nil && j.save.err != nil {
@@ -219,8 +245,10 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			j.err = j.ctx.Err()
 			continue
 		}
-		if _, err := s.wconn.ExecContext(ctx, "SAVEPOINT job"); err != nil {
-			return err
+		if !single {
+			if _, err := ws.savepoint.ExecContext(ctx); err != nil {
+				return err
+			}
 		}
 		w.job = j
 		var jerr error
@@ -233,19 +261,27 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			if isUnavailable(jerr) {
 				return jerr // storage trouble: the whole batch fails (or is retried when busy)
 			}
-			if _, err := s.wconn.ExecContext(ctx, "ROLLBACK TO job"); err != nil {
-				return err
-			}
 			j.err = jerr
 			j.post, j.vacuum = nil, false
+			if single {
+				open = false
+				_, err := ws.rollback.ExecContext(ctx)
+				return err
+			}
+			if _, err := ws.rollbackTo.ExecContext(ctx); err != nil {
+				return err
+			}
 		}
-		if _, err := s.wconn.ExecContext(ctx, "RELEASE job"); err != nil {
-			return err
+		if !single {
+			if _, err := ws.release.ExecContext(ctx); err != nil {
+				return err
+			}
 		}
 	}
-	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := ws.commit.ExecContext(ctx); err != nil {
 		return err
 	}
+	open = false
 	return nil
 }
 
@@ -271,21 +307,25 @@ func (s *Store) checkpointLoop() {
 	t := time.NewTicker(s.opts.ckptInterval)
 	defer t.Stop()
 	var seen uint64
-	lastVacuum := time.Now()
+	lastCkpt, lastVacuum := time.Now(), time.Now()
 	ctx := context.Background()
 	for {
 		select {
 		case <-s.stopBG:
 			return
 		case <-t.C:
-		case <-s.ckptKick:
 		}
-		if n := s.writes.Load(); n != seen {
+		n := s.writes.Load()
+		// Checkpoint when something was written and either enough piled up or a quiet-ish second
+		// passed: fewer, larger checkpoints compete less with the saves' own fsyncs.
+		if n != seen && (s.walPending.Load() >= walCheckpointBytes || time.Since(lastCkpt) >= 4*s.opts.ckptInterval) {
 			seen = n
+			lastCkpt = time.Now()
+			s.walPending.Store(0)
 			if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) {
 				s.log.Warn("ckptd store: WAL checkpoint failed", "err", err)
 			}
-			if fi, err := osStat(s.path + "-wal"); err == nil && fi.Size() > walTruncateSize {
+			if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > walTruncateSize {
 				if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil && !isBusy(err) {
 					s.log.Warn("ckptd store: WAL truncate failed", "err", err)
 				}

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 
 // daemon is a ckptd subprocess driven over its stdio with raw frames.
 type daemon struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	r      *framing.Reader
@@ -77,6 +77,15 @@ type rpcErr struct {
 
 func startDaemon(t *testing.T, db string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonTB(t, db, args...)
+}
+
+// startDaemonB is startDaemon for benchmarks.
+func startDaemonB(b *testing.B, db string, args ...string) *daemon {
+	return startDaemonTB(b, db, args...)
+}
+
+func startDaemonTB(t testing.TB, db string, args ...string) *daemon {
 	cmd := exec.Command(binPath, append([]string{"--db", db}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -112,6 +121,22 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+func (d *daemon) rawB(b *testing.B, frame []byte) {
+	if _, err := d.stdin.Write(frame); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (d *daemon) readB(b *testing.B) {
+	f, err := d.r.Next()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if strings.Contains(string(f.Body[:min(len(f.Body), 200)]), `"error"`) {
+		b.Fatalf("error reply: %s", f.Body)
+	}
 }
 
 // send writes one request frame and returns its id.

@@ -45,6 +45,15 @@ type env struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the stdio JSON-RPC sidecar (the default)", runServe},
+		{"ls", "list workflows, or one workflow's checkpoints", runLs},
+		{"show", "show one checkpoint (and verify it); --state prints its state", runShow},
+		{"plan", "show what resume/plan answers for a workflow, with every problem", runPlan},
+		{"prune", "delete old checkpoints (--keep-last, --older-than)", runPrune},
+		{"rm", "delete checkpoints, or a whole workflow", runRm},
+		{"verify", "check every checkpoint's SHA-256 and SQLite's integrity", runVerify},
+		{"export", "write a workflow to a portable archive", runExport},
+		{"import", "read a workflow from an archive", runImport},
+		{"stats", "database size, counts and largest workflows", runStats},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) error {
 			fmt.Fprintf(e.stdout, "ckptd %s\n", version)
 			return nil

@@ -1,0 +1,63 @@
+"""Python client for ckptd, the durable checkpoint/resume sidecar daemon.
+
+``Client`` (threads) and ``AsyncClient`` (asyncio) spawn ``ckptd`` and speak its JSON-RPC
+protocol (docs/protocol.md) over stdin/stdout; states travel as raw frame attachments.
+"""
+
+from __future__ import annotations
+
+from ._common import DEFAULT_RETRYABLE, NO_STATE, Checkpoint, ResumePlan, __version__, find_binary
+from .aio import AsyncClient, AsyncStep, AsyncWorkflow
+from .client import Client
+from .errors import (
+    BinaryNotFound,
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CkptdError,
+    ClientClosed,
+    Conflict,
+    DaemonDied,
+    FramingError,
+    InternalError,
+    Interrupted,
+    InvalidParams,
+    MethodNotFound,
+    ProtocolError,
+    ResumeValidationError,
+    ShuttingDown,
+    StorageUnavailable,
+    TooLarge,
+)
+from .workflow import Step, Workflow
+
+__all__ = [
+    "__version__",
+    "Client",
+    "AsyncClient",
+    "Workflow",
+    "Step",
+    "AsyncWorkflow",
+    "AsyncStep",
+    "Checkpoint",
+    "ResumePlan",
+    "NO_STATE",
+    "DEFAULT_RETRYABLE",
+    "find_binary",
+    "CkptdError",
+    "ProtocolError",
+    "MethodNotFound",
+    "InvalidParams",
+    "InternalError",
+    "CheckpointNotFound",
+    "CheckpointCorrupt",
+    "Conflict",
+    "TooLarge",
+    "ResumeValidationError",
+    "StorageUnavailable",
+    "ShuttingDown",
+    "DaemonDied",
+    "BinaryNotFound",
+    "ClientClosed",
+    "FramingError",
+    "Interrupted",
+]

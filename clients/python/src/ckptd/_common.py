@@ -1,0 +1,478 @@
+"""Shared, I/O-free pieces of the sync and async clients: binary lookup, state encoding,
+param building and result decoding."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .errors import BinaryNotFound, InvalidParams, TooLarge
+
+__version__ = "0.1.0"
+
+BINARY_NAME = "ckptd"
+ENV_BINARY = "CKPTD_PATH"
+
+JSON = Any
+StateBytes = Union[bytes, bytearray, memoryview]
+NotificationHandler = Callable[[str, Dict[str, Any]], Any]
+#: Sources for drift detection: a path, a drift spec dict ({root, include, exclude, ...}), or a
+#: sequence of those.
+Sources = Union[str, "os.PathLike[str]", Mapping[str, Any], Sequence[Union[str, "os.PathLike[str]", Mapping[str, Any]]]]
+
+KNOWN_EVENTS = ("checkpoint/saved", "checkpoint/pruned", "checkpoint/corrupted")
+
+
+class _Unset:
+    """Marker for "argument not given" where ``None`` is a meaningful value (a JSON ``null`` state)."""
+
+    _instance: Optional["_Unset"] = None
+
+    def __new__(cls) -> "_Unset":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NO_STATE"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+#: Pass as ``state=`` to save a checkpoint without state (``stateType: none``). It is the default.
+NO_STATE: Any = _Unset()
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the binary
+
+
+def _is_executable_file(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _describe_missing(path: str) -> str:
+    if not os.path.exists(path):
+        return "does not exist"
+    if os.path.isdir(path):
+        return "is a directory"
+    if not os.access(path, os.X_OK):
+        return "is not executable"
+    return "is not usable"
+
+
+def find_binary(binary: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> str:
+    """Returns the path of the ckptd executable to run.
+
+    Looks at, in order: the ``binary`` argument (a path, or a name searched on ``PATH``), the
+    ``CKPTD_PATH`` environment variable, and ``ckptd`` on ``PATH``. Raises :class:`BinaryNotFound`
+    naming every place it looked (and why each did not do) when none gives an executable file.
+    """
+    environ = os.environ if env is None else env
+    searched: List[str] = []
+    path_var = environ.get("PATH", os.defpath)
+
+    if binary:
+        binary = os.fspath(binary)
+        if os.sep in binary or (os.altsep and os.altsep in binary):
+            if _is_executable_file(binary):
+                return os.path.abspath(binary)
+            searched.append("binary=%r argument: %s" % (binary, _describe_missing(binary)))
+        else:
+            found = shutil.which(binary, path=path_var)
+            if found:
+                return found
+            searched.append("binary=%r argument: no executable of that name on PATH (%s)" % (binary, path_var))
+        # An explicit binary that does not exist is an error: no silent fallback to another build.
+        raise BinaryNotFound(_not_found_message(searched), searched)
+
+    searched.append("binary= argument: not given")
+    env_value = environ.get(ENV_BINARY)
+    if env_value:
+        if _is_executable_file(env_value):
+            return os.path.abspath(env_value)
+        if os.sep not in env_value and not os.path.exists(env_value):
+            found = shutil.which(env_value, path=path_var)
+            if found:
+                return found
+        searched.append("$%s=%r: %s" % (ENV_BINARY, env_value, _describe_missing(env_value)))
+    else:
+        searched.append("$%s: not set" % ENV_BINARY)
+
+    found = shutil.which(BINARY_NAME, path=path_var)
+    if found:
+        if env_value:
+            # CKPTD_PATH was set but unusable: fail rather than run a different build.
+            searched.append("$PATH: found %s, not used because $%s is set" % (found, ENV_BINARY))
+            raise BinaryNotFound(_not_found_message(searched), searched)
+        return found
+    searched.append("$PATH (%s): no executable named %r" % (path_var, BINARY_NAME))
+    raise BinaryNotFound(_not_found_message(searched), searched)
+
+
+def _not_found_message(searched: Sequence[str]) -> str:
+    lines = ["ckptd executable not found. Looked at:"]
+    lines.extend("  - " + s for s in searched)
+    lines.append(
+        "Build it with `go build -o bin/ckptd ./cmd/ckptd` in the ckptd repository, then pass "
+        "binary=PATH, set $CKPTD_PATH, or put it on $PATH."
+    )
+    return "\n".join(lines)
+
+
+def build_argv(binary: str, db: Optional[Union[str, "os.PathLike[str]"]], args: Iterable[str]) -> List[str]:
+    argv = [binary]
+    if db is not None:
+        argv += ["--db", os.fspath(db)]
+    argv.extend(str(a) for a in args)
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------
+# States
+
+
+def encode_state(state: Any, state_type: Optional[str] = None) -> Tuple[bytes, str]:
+    """Returns (bytes, stateType) for a state: bytes-like states travel as they are
+    (``bytes``, unless ``state_type="json"`` says they already are UTF-8 JSON text); anything else
+    is JSON-encoded once."""
+    if isinstance(state, (bytes, bytearray, memoryview)):
+        data = state.tobytes() if isinstance(state, memoryview) else bytes(state)
+        st = state_type or "bytes"
+        if st not in ("bytes", "json"):
+            raise ValueError("state_type must be 'json' or 'bytes', not %r" % (st,))
+        return data, st
+    if state_type not in (None, "json"):
+        raise ValueError("state_type=%r needs a bytes-like state" % (state_type,))
+    try:
+        text = json.dumps(state, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise TypeError("state is not JSON-serialisable (pass bytes for opaque states): %s" % e) from None
+    return text.encode("utf-8"), "json"
+
+
+def decode_state(result: Mapping[str, Any], attachment: Optional[bytes]) -> Tuple[Any, Optional[bytes]]:
+    """Returns (state, raw bytes) from a load / resume-plan result and its frame attachment."""
+    st = result.get("stateType")
+    raw: Optional[bytes]
+    if result.get("stateAttachment"):
+        raw = attachment if attachment is not None else b""
+    elif "stateBase64" in result and result["stateBase64"] is not None:
+        raw = base64.b64decode(result["stateBase64"])
+    elif "state" in result:
+        # inline JSON state (servers that ignore attachment: true)
+        value = result["state"]
+        return value, json.dumps(value, separators=(",", ":")).encode("utf-8")
+    else:
+        raw = attachment if st in ("json", "bytes") and attachment is not None else None
+    if raw is None or st == "none":
+        return None, raw
+    if st == "bytes":
+        return raw, raw
+    # json (or unknown: best effort as JSON)
+    return json.loads(raw.decode("utf-8")), raw
+
+
+def check_size(size: int, limit: Optional[int]) -> None:
+    if limit and size > limit:
+        raise TooLarge(
+            -32004,
+            "too large: state is %d bytes, the daemon accepts at most %d (--max-state-size)" % (size, limit),
+            {"limit": limit, "size": size},
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Params
+
+
+def put(params: Dict[str, Any], key: str, value: Any) -> None:
+    if value is not None:
+        params[key] = value
+
+
+def save_params(
+    workflow_id: str,
+    state: Any,
+    *,
+    namespace: Optional[str],
+    checkpoint_id: Optional[str],
+    parent_id: Optional[str],
+    phase: Optional[str],
+    step: Optional[int],
+    step_name: Optional[str],
+    error: Optional[Mapping[str, Any]],
+    completed_tasks: Optional[Sequence[Any]],
+    pending_tasks: Optional[Sequence[Any]],
+    workflow_hash: Optional[str],
+    metadata: Optional[Mapping[str, Any]],
+    sources: Optional[Any],
+    state_type: Optional[str],
+    max_state_bytes: Optional[int],
+) -> Tuple[Dict[str, Any], Optional[bytes]]:
+    if not isinstance(workflow_id, str):
+        raise TypeError("workflow_id must be a str")
+    params: Dict[str, Any] = {"workflowId": workflow_id}
+    put(params, "namespace", namespace)
+    put(params, "checkpointId", checkpoint_id)
+    put(params, "parentId", parent_id)
+    put(params, "phase", phase)
+    put(params, "step", step)
+    put(params, "stepName", step_name)
+    if error is not None:
+        params["error"] = dict(error)
+    put(params, "completedTasks", list(completed_tasks) if completed_tasks is not None else None)
+    put(params, "pendingTasks", list(pending_tasks) if pending_tasks is not None else None)
+    put(params, "workflowHash", workflow_hash)
+    if metadata is not None:
+        params["metadata"] = dict(metadata)
+    if sources is not None:
+        params["sources"] = sources_param(sources)
+    attachment: Optional[bytes] = None
+    if state is not NO_STATE:
+        attachment, st = encode_state(state, state_type)
+        check_size(len(attachment), max_state_bytes)
+        params["stateAttachment"] = True
+        params["stateType"] = st
+    return params, attachment
+
+
+def _source(s: Any) -> Any:
+    if isinstance(s, Mapping):
+        d = dict(s)
+        if isinstance(d.get("root"), (str, os.PathLike)):
+            d["root"] = os.path.abspath(os.fspath(d["root"]))
+        return d
+    return os.path.abspath(os.fspath(s))
+
+
+def sources_param(sources: Any) -> Any:
+    """Source paths (made absolute) or drift spec dicts ({root, include, exclude, ...}), passed
+    through in the shape given: a single spec dict or a sequence of paths / specs."""
+    if isinstance(sources, Mapping):
+        return _source(sources)
+    if isinstance(sources, (str, os.PathLike)):
+        return [_source(sources)]
+    return [_source(s) for s in sources]
+
+
+def target_params(
+    checkpoint_id: Optional[str], workflow_id: Optional[str], what: str, namespace: Optional[str] = None
+) -> Dict[str, Any]:
+    if (checkpoint_id is None) == (workflow_id is None):
+        raise ValueError("%s needs exactly one of checkpoint_id= or workflow_id=" % what)
+    params: Dict[str, Any] = {}
+    put(params, "checkpointId", checkpoint_id)
+    put(params, "workflowId", workflow_id)
+    put(params, "namespace", namespace)
+    return params
+
+
+def writes_param(writes: Iterable[Any]) -> List[Dict[str, Any]]:
+    """Normalises writes given as dicts or (channel, value[, idx]) tuples; bytes values go as
+    ``valueBase64``."""
+    out: List[Dict[str, Any]] = []
+    for w in writes:
+        if isinstance(w, Mapping):
+            d = dict(w)
+        elif isinstance(w, (tuple, list)) and 2 <= len(w) <= 3:
+            d = {"channel": w[0], "value": w[1]}
+            if len(w) == 3:
+                d["idx"] = w[2]
+        else:
+            raise TypeError("a write is a dict {channel, value, ...} or a (channel, value[, idx]) tuple, not %r" % (w,))
+        v = d.get("value")
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            d.pop("value")
+            d["valueBase64"] = base64.b64encode(bytes(v)).decode("ascii")
+        out.append(d)
+    return out
+
+
+def retention_param(
+    retention: Optional[Mapping[str, Any]],
+    keep_last: Optional[int],
+    max_age_seconds: Optional[int],
+    keep_first: Optional[bool],
+    idle_ttl_seconds: Optional[int],
+) -> Optional[Dict[str, Any]]:
+    r: Dict[str, Any] = dict(retention) if retention is not None else {}
+    put(r, "keepLast", keep_last)
+    put(r, "maxAgeSeconds", max_age_seconds)
+    put(r, "keepFirst", keep_first)
+    put(r, "idleTtlSeconds", idle_ttl_seconds)
+    return r if (r or retention is not None) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+class Checkpoint(Dict[str, Any]):
+    """A loaded checkpoint: the raw result dict (camelCase fields as the daemon sent them) plus
+    ``state`` (decoded per ``stateType``: JSON value, ``bytes``, or ``None`` for ``none``) and
+    ``state_bytes`` (the state bytes exactly as stored)."""
+
+    state: Any
+    state_bytes: Optional[bytes]
+
+    def __init__(self, result: Mapping[str, Any], attachment: Optional[bytes] = None) -> None:
+        super().__init__(result)
+        self.state, self.state_bytes = decode_state(result, attachment)
+
+    # Convenience accessors for the most used fields.
+    @property
+    def checkpoint_id(self) -> str:
+        return str(self.get("checkpointId", ""))
+
+    @property
+    def workflow_id(self) -> str:
+        return str(self.get("workflowId", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.get("namespace", ""))
+
+    @property
+    def seq(self) -> int:
+        return int(self.get("seq", 0))
+
+    @property
+    def phase(self) -> str:
+        return str(self.get("phase", ""))
+
+    @property
+    def step(self) -> int:
+        return int(self.get("step", 0))
+
+    @property
+    def step_name(self) -> str:
+        return str(self.get("stepName", ""))
+
+    @property
+    def state_type(self) -> str:
+        return str(self.get("stateType", "none"))
+
+    @property
+    def error(self) -> Optional[Dict[str, Any]]:
+        return self.get("error")
+
+    @property
+    def metadata(self) -> Dict[str, Any]:
+        return self.get("metadata") or {}
+
+    @property
+    def completed_tasks(self) -> List[Any]:
+        return self.get("completedTasks") or []
+
+    @property
+    def pending_tasks(self) -> List[Any]:
+        return self.get("pendingTasks") or []
+
+    @property
+    def pending_writes(self) -> List[Dict[str, Any]]:
+        return self.get("pendingWrites") or []
+
+    @property
+    def recovered_from(self) -> List[Dict[str, Any]]:
+        return self.get("recoveredFrom") or []
+
+    def __repr__(self) -> str:
+        return "Checkpoint(%s, state=%s)" % (dict.__repr__(self), _short_repr(self.state))
+
+
+class ResumePlan(Checkpoint):
+    """The result of ``resume/plan``: the raw dict plus the decoded ``state`` to continue from."""
+
+    @property
+    def start_step(self) -> int:
+        return int(self.get("startStep", 0))
+
+    @property
+    def retry(self) -> bool:
+        return bool(self.get("retry", False))
+
+    @property
+    def reason(self) -> str:
+        return str(self.get("reason", ""))
+
+    @property
+    def warnings(self) -> List[Dict[str, Any]]:
+        return self.get("warnings") or []
+
+    def should_run(self, index: int) -> bool:
+        return index >= self.start_step
+
+    def __repr__(self) -> str:
+        return "ResumePlan(%s, state=%s)" % (dict.__repr__(self), _short_repr(self.state))
+
+
+def _short_repr(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def list_result(result: Any, key: str) -> List[Dict[str, Any]]:
+    if isinstance(result, dict):
+        items = result.get(key)
+        if isinstance(items, list):
+            return items
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# Step outcome helpers (shared by the sync and async workflow helpers)
+
+DEFAULT_RETRYABLE: Tuple[type, ...] = (TimeoutError, ConnectionError, OSError)
+
+
+def is_retryable(exc: BaseException, retryable: Tuple[type, ...]) -> bool:
+    """An exception (instance or class) may say ``retryable = True/False``; otherwise it is
+    retryable when it is an instance of one of ``retryable``."""
+    flag = getattr(exc, "retryable", None)
+    if isinstance(flag, bool):
+        return flag
+    return isinstance(exc, retryable)
+
+
+def error_message(exc: BaseException) -> str:
+    text = str(exc)
+    name = type(exc).__name__
+    return "%s: %s" % (name, text) if text else name
+
+
+def in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+_DEFER_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)) if s is not None)
+
+
+class deferred_signals:
+    """Blocks SIGINT/SIGTERM in the main thread for the duration (they are delivered on exit), so
+    that a frame is never half-written and a phase save is never cut short by a signal. A no-op in
+    other threads and on platforms without ``pthread_sigmask``."""
+
+    __slots__ = ("_old",)
+
+    def __init__(self) -> None:
+        self._old: Optional[Any] = None
+
+    def __enter__(self) -> None:
+        if _HAVE_SIGMASK and threading.current_thread() is threading.main_thread():
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFER_SIGNALS)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            old, self._old = self._old, None
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+_HAVE_SIGMASK = hasattr(signal, "pthread_sigmask") and sys.platform != "win32"

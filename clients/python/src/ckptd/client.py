@@ -1,0 +1,789 @@
+"""The synchronous, thread-safe ckptd client."""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import logging
+import os
+import queue
+import signal
+import subprocess
+import threading
+import weakref
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+from . import _common as C
+from ._common import NO_STATE, Checkpoint, NotificationHandler, ResumePlan, deferred_signals
+from .errors import (
+    CkptdError,
+    ClientClosed,
+    DaemonDied,
+    FramingError,
+    ProtocolError,
+    error_from_response,
+)
+from .framing import decode_body, encode_message, read_frame
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
+
+__all__ = ["Client", "STDERR_TAIL_BYTES"]
+
+log = logging.getLogger("ckptd")
+
+#: How much of the daemon's stderr is kept for DaemonDied messages.
+STDERR_TAIL_BYTES = 64 * 1024
+#: How much of that tail goes into an exception's message (all of it is in ``.stderr_tail``).
+_MESSAGE_TAIL_CHARS = 4000
+
+
+def _fresh(exc: CkptdError) -> CkptdError:
+    """A new instance of a stored exception, so threads never share one traceback."""
+    return copy.copy(exc)
+
+
+class _Pending:
+    __slots__ = ("event", "result", "attachment", "error", "on_result", "method")
+
+    def __init__(self, method: str, on_result: Optional[Callable[[Any], None]]) -> None:
+        self.event = threading.Event()
+        self.result: Any = None
+        self.attachment: Optional[bytes] = None
+        self.error: Optional[BaseException] = None
+        self.on_result = on_result
+        self.method = method
+
+
+class StderrTail:
+    """Keeps the last ``limit`` bytes written to a stream."""
+
+    def __init__(self, limit: int = STDERR_TAIL_BYTES) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+
+    def add(self, chunk: bytes) -> None:
+        with self._lock:
+            self._buf += chunk
+            over = len(self._buf) - self.limit
+            if over > 0:
+                del self._buf[:over]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._buf.decode("utf-8", "replace")
+
+
+def died_error(exit_code: Optional[int], tail: str, reason: str = "") -> DaemonDied:
+    if exit_code is None:
+        status = "exit code unknown"
+    elif exit_code < 0:
+        try:
+            signame = signal.Signals(-exit_code).name
+        except (ValueError, AttributeError):
+            signame = "signal %d" % -exit_code
+        status = "exit code %d (killed by %s)" % (exit_code, signame)
+    else:
+        status = "exit code %d" % exit_code
+    msg = "ckptd daemon died (%s)" % status
+    if reason:
+        msg += ": " + reason
+    shown = tail.strip()
+    if shown:
+        if len(shown) > _MESSAGE_TAIL_CHARS:
+            shown = "..." + shown[-_MESSAGE_TAIL_CHARS:]
+        msg += "\n--- ckptd stderr (tail) ---\n" + shown
+    else:
+        msg += "; it wrote nothing to stderr"
+    return DaemonDied(msg, exit_code, tail)
+
+
+_live_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    for client in list(_live_clients):
+        try:
+            client.close(timeout=5.0)
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            pass
+
+
+atexit.register(_close_all_at_exit)
+
+
+class Client:
+    """Spawns ``ckptd`` and talks JSON-RPC to it over its stdin/stdout.
+
+    Safe to share between threads: requests are pipelined (one writer lock, one reader thread
+    that hands each response to the thread waiting for its id). Use as a context manager, or call
+    :meth:`close`; live clients are also closed at interpreter exit.
+
+    :param db: database path (``--db``); ``None`` lets the daemon use its default.
+    :param binary: the ckptd executable; default ``$CKPTD_PATH``, else ``ckptd`` on ``PATH``.
+    :param args: extra command-line arguments (e.g. ``["--durability", "normal"]``).
+    :param events: notifications to opt in to (``checkpoint/saved``, ``checkpoint/pruned``,
+        ``checkpoint/corrupted``); they are passed to ``on_notification(method, params)``.
+    :param on_notification: callback for notifications; runs on a dedicated thread, so it may
+        call the client.
+    :param timeout: seconds :meth:`close` waits for the daemon to exit before killing it.
+    :param request_timeout: default seconds to wait for any response (``None``: no limit; a dead
+        daemon is always detected regardless).
+    :param initialize: send ``initialize`` on start (default); its result is :attr:`server_info`.
+    """
+
+    def __init__(
+        self,
+        db: Optional[Union[str, "os.PathLike[str]"]] = None,
+        binary: Optional[str] = None,
+        args: Sequence[str] = (),
+        events: Iterable[str] = (),
+        *,
+        on_notification: Optional[NotificationHandler] = None,
+        client_name: str = "ckptd-python/" + C.__version__,
+        timeout: float = 10.0,
+        request_timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        initialize: bool = True,
+    ) -> None:
+        self.binary = C.find_binary(binary, env)
+        self.argv = C.build_argv(self.binary, db, args)
+        self.events = list(events)
+        self.timeout = timeout
+        self.request_timeout = request_timeout
+        self.server_info: Dict[str, Any] = {}
+        self.capabilities: Dict[str, Any] = {}
+        #: Errors the daemon sent with ``id: null`` that could not be matched to a request.
+        self.unmatched_errors: List[CkptdError] = []
+
+        self._handlers: List[NotificationHandler] = []
+        if on_notification is not None:
+            self._handlers.append(on_notification)
+        self._watch_handlers: Dict[str, NotificationHandler] = {}
+        self._write_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._pending: Dict[int, _Pending] = {}
+        self._next_id = 1
+        self._failure: Optional[CkptdError] = None
+        self._closing = False
+        self._closed = False
+        self._max_state_bytes: Optional[int] = None
+        self._stderr = StderrTail()
+        self._notify_queue: "queue.SimpleQueue[Optional[Tuple[str, Dict[str, Any]]]]" = queue.SimpleQueue()
+
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            # Own session: a Ctrl-C in the terminal reaches the agent (which may still want to
+            # save an "interrupted" checkpoint), not the daemon.
+            start_new_session=True,
+        )
+        assert self._proc.stdin and self._proc.stdout and self._proc.stderr
+        self._stdin = self._proc.stdin
+        self.pid = self._proc.pid
+        self._stderr_thread = threading.Thread(target=self._stderr_loop, name="ckptd-stderr-%d" % self.pid, daemon=True)
+        self._reader_thread = threading.Thread(target=self._read_loop, name="ckptd-reader-%d" % self.pid, daemon=True)
+        self._notify_thread = threading.Thread(target=self._notify_loop, name="ckptd-notify-%d" % self.pid, daemon=True)
+        self._stderr_thread.start()
+        self._reader_thread.start()
+        self._notify_thread.start()
+        _live_clients.add(self)
+        if initialize:
+            try:
+                self.initialize(client_name=client_name, events=self.events)
+            except BaseException:
+                self.close(timeout=min(timeout, 2.0))
+                raise
+
+    # -----------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def returncode(self) -> Optional[int]:
+        """The daemon's exit code once it has exited, else ``None``."""
+        return self._proc.poll()
+
+    def stderr_tail(self) -> str:
+        """The last ~64 KB the daemon wrote to stderr."""
+        return self._stderr.text()
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Stops the daemon cleanly: ``shutdown`` (which waits for every acknowledged save to be
+        committed), close its stdin, wait up to ``timeout`` seconds (default: the client's), and
+        kill it only if it has not exited by then. Idempotent."""
+        if timeout is None:
+            timeout = self.timeout
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._closing = True
+        try:
+            if self._failure is None and self._proc.poll() is None:
+                try:
+                    self._request("shutdown", None, timeout=timeout, _closing_ok=True)
+                except (CkptdError, TimeoutError, OSError) as e:
+                    log.debug("shutdown request failed: %s", e)
+            with self._write_lock:
+                try:
+                    self._stdin.close()
+                except OSError:
+                    pass
+            try:
+                self._proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("ckptd (pid %d) did not exit within %.1fs of shutdown; killing it", self.pid, timeout)
+                self._proc.kill()
+                self._proc.wait()
+        finally:
+            self._reader_thread.join(timeout=5)
+            self._stderr_thread.join(timeout=5)
+            self._fail_all(ClientClosed())
+            self._notify_queue.put(None)
+            if threading.current_thread() is not self._notify_thread:
+                self._notify_thread.join(timeout=5)
+            for f in (self._proc.stdout, self._proc.stderr):
+                try:
+                    if f is not None:
+                        f.close()
+                except OSError:
+                    pass
+            _live_clients.discard(self)
+
+    def kill(self) -> None:
+        """Kills the daemon process (SIGKILL) without a clean shutdown (for tests and emergencies)."""
+        self._proc.kill()
+
+    # -----------------------------------------------------------------------------------------
+    # Transport
+
+    def request(
+        self,
+        method: str,
+        params: Any = None,
+        attachment: Optional[bytes] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> Tuple[Any, Optional[bytes]]:
+        """Sends any JSON-RPC request and returns ``(result, attachment)``; raises the matching
+        :class:`CkptdError` subclass for an error response."""
+        return self._request(method, params, attachment, timeout=timeout)
+
+    def _request(
+        self,
+        method: str,
+        params: Any,
+        attachment: Optional[bytes] = None,
+        *,
+        timeout: Optional[float] = None,
+        on_result: Optional[Callable[[Any], None]] = None,
+        _closing_ok: bool = False,
+    ) -> Tuple[Any, Optional[bytes]]:
+        if self._failure is not None:
+            raise _fresh(self._failure)
+        if self._closed and not _closing_ok:
+            raise ClientClosed()
+        p = _Pending(method, on_result)
+        msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": 0, "method": method}
+        if params is not None:
+            msg["params"] = params
+        rid = 0
+        broken: Optional[BaseException] = None
+        with deferred_signals():
+            with self._write_lock:
+                if self._failure is not None:
+                    raise _fresh(self._failure)
+                rid = self._next_id
+                self._next_id += 1
+                msg["id"] = rid
+                frame = encode_message(msg, attachment)
+                self._pending[rid] = p
+                try:
+                    self._stdin.write(frame)
+                    self._stdin.flush()
+                except (OSError, ValueError) as e:  # broken pipe / closed: the daemon is gone
+                    broken = e
+        try:
+            if broken is not None:
+                self._on_broken_pipe(broken)
+            wait = self.request_timeout if timeout is None else timeout
+            if not p.event.wait(wait):
+                raise TimeoutError("ckptd did not answer %s within %ss" % (method, wait))
+        finally:
+            self._pending.pop(rid, None)
+        if p.error is not None:
+            raise p.error
+        return p.result, p.attachment
+
+    def _on_broken_pipe(self, err: BaseException) -> None:
+        # The reader thread turns the daemon's exit into DaemonDied for every pending call; make
+        # sure it does exit (a daemon that closed stdin but not stdout is killed).
+        try:
+            self._proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            log.warning("ckptd stopped reading its stdin (%s) but is still running; killing it", err)
+            self._proc.kill()
+
+    def _read_loop(self) -> None:
+        stdout = self._proc.stdout
+        reason = ""
+        try:
+            while True:
+                frame = read_frame(stdout)
+                if frame is None:
+                    break
+                try:
+                    msg = decode_body(frame[0])
+                except FramingError as e:
+                    reason = "sent a frame that is not JSON: %s" % e
+                    break
+                self._dispatch(msg, frame[1])
+        except FramingError as e:
+            reason = "sent a malformed frame: %s" % e
+        except (OSError, ValueError) as e:
+            reason = "reading its stdout failed: %s" % e
+        except BaseException as e:  # pragma: no cover - a bug in dispatch
+            reason = "client reader crashed: %r" % e
+            log.exception("ckptd reader thread crashed")
+        self._on_stdout_closed(reason)
+
+    def _dispatch(self, msg: Any, attachment: Optional[bytes]) -> None:
+        if not isinstance(msg, dict):
+            log.warning("ignoring non-object message from ckptd: %r", msg)
+            return
+        if "id" not in msg or ("method" in msg and "result" not in msg and "error" not in msg):
+            method = msg.get("method")
+            if isinstance(method, str) and "id" not in msg:
+                params = msg.get("params")
+                self._notify_queue.put((method, params if isinstance(params, dict) else {}))
+            else:
+                log.warning("ignoring unexpected message from ckptd: %r", msg)
+            return
+        rid = msg["id"]
+        p = self._pending.get(rid) if isinstance(rid, int) else None
+        if "error" in msg:
+            err = error_from_response(msg["error"])
+            if p is None:
+                self._unmatched(rid, err)
+                return
+            p.error = err
+        else:
+            if p is None:
+                log.debug("dropping response to unknown or abandoned request id %r", rid)
+                return
+            p.result = msg.get("result")
+            p.attachment = attachment
+            if p.on_result is not None:
+                try:
+                    p.on_result(p.result)
+                except Exception:  # pragma: no cover
+                    log.exception("result hook failed")
+        p.event.set()
+
+    def _unmatched(self, rid: Any, err: CkptdError) -> None:
+        # Errors with id null answer a frame the daemon could not attribute (e.g. a frame over its
+        # size limit). If exactly one request is waiting, it is the one: fail it rather than hang.
+        self.unmatched_errors.append(err)
+        pending = list(self._pending.items())
+        if rid is None and len(pending) == 1:
+            p = pending[0][1]
+            p.error = err
+            p.event.set()
+            return
+        log.warning("ckptd error not matched to a request (id %r): %s", rid, err)
+
+    def _on_stdout_closed(self, reason: str) -> None:
+        if self._closing and not reason:
+            err: CkptdError = ClientClosed()
+        else:
+            code = self._reap(reason)
+            self._stderr_thread.join(timeout=2)
+            err = died_error(code, self._stderr.text(), reason)
+            if not self._closing:
+                log.error("%s", err.message.splitlines()[0])
+        with self._write_lock:
+            if self._failure is None:
+                self._failure = err
+        self._fail_all(err)
+
+    def _reap(self, reason: str) -> Optional[int]:
+        """Waits for the daemon's exit after its stdout ended (or went bad), making sure it ends:
+        a daemon that is still running after sending garbage gets SIGTERM (a clean shutdown),
+        then SIGKILL."""
+        if reason and self._proc.poll() is None:
+            self._proc.terminate()
+        for wait, action in ((5.0 if not reason else 2.0, "terminate"), (2.0, "kill"), (5.0, "")):
+            try:
+                return self._proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                if action == "terminate":
+                    self._proc.terminate()
+                elif action == "kill":
+                    self._proc.kill()
+        return None  # pragma: no cover
+
+    def _fail_all(self, err: CkptdError) -> None:
+        for rid, p in list(self._pending.items()):
+            if not p.event.is_set():
+                p.error = _fresh(err)
+                p.event.set()
+
+    def _stderr_loop(self) -> None:
+        f = self._proc.stderr
+        assert f is not None
+        try:
+            while True:
+                chunk = f.read1(65536)  # type: ignore[attr-defined]
+                if not chunk:
+                    break
+                self._stderr.add(chunk)
+        except (OSError, ValueError):
+            pass
+
+    def _notify_loop(self) -> None:
+        while True:
+            item = self._notify_queue.get()
+            if item is None:
+                return
+            method, params = item
+            if method == "drift/changed":
+                h = self._watch_handlers.get(str(params.get("watchId")))
+                if h is not None:
+                    self._call_handler(h, method, params)
+            for h in list(self._handlers):
+                self._call_handler(h, method, params)
+
+    @staticmethod
+    def _call_handler(h: NotificationHandler, method: str, params: Dict[str, Any]) -> None:
+        try:
+            h(method, params)
+        except Exception:
+            log.exception("ckptd notification handler failed for %s", method)
+
+    def add_notification_handler(self, handler: NotificationHandler) -> None:
+        """Adds a ``handler(method, params)`` for every notification (see ``events``)."""
+        self._handlers.append(handler)
+
+    def remove_notification_handler(self, handler: NotificationHandler) -> None:
+        self._handlers.remove(handler)
+
+    # -----------------------------------------------------------------------------------------
+    # Lifecycle methods
+
+    def initialize(self, *, client_name: Optional[str] = None, events: Optional[Iterable[str]] = None) -> Dict[str, Any]:
+        """``initialize``: called automatically on start; returns the server's hello."""
+        params: Dict[str, Any] = {}
+        C.put(params, "clientName", client_name)
+        if events is not None:
+            params["events"] = list(events)
+        result, _ = self._request("initialize", params)
+        self._on_initialized(result)
+        return result  # type: ignore[no-any-return]
+
+    def _on_initialized(self, result: Any) -> None:
+        if isinstance(result, dict):
+            self.server_info = result
+            caps = result.get("capabilities")
+            self.capabilities = caps if isinstance(caps, dict) else {}
+            limit = self.capabilities.get("maxStateBytes")
+            self._max_state_bytes = limit if isinstance(limit, int) and limit > 0 else None
+
+    def has_capability(self, name: str) -> bool:
+        """True if ``initialize`` reported a truthy capability ``name`` (e.g. ``"drift"``)."""
+        return bool(self.capabilities.get(name))
+
+    def shutdown(self) -> None:
+        """``shutdown``: the daemon commits every save received, answers, and exits. Later calls
+        fail with :class:`ShuttingDown` / :class:`DaemonDied`; prefer :meth:`close`."""
+        self._request("shutdown", None)
+
+    # -----------------------------------------------------------------------------------------
+    # Checkpoints
+
+    def save(
+        self,
+        workflow_id: str,
+        state: Any = NO_STATE,
+        *,
+        namespace: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        parent_id: Optional[str] = None,
+        phase: Optional[str] = None,
+        step: Optional[int] = None,
+        step_name: Optional[str] = None,
+        error: Optional[Mapping[str, Any]] = None,
+        completed_tasks: Optional[Sequence[Any]] = None,
+        pending_tasks: Optional[Sequence[Any]] = None,
+        workflow_hash: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        sources: Optional[C.Sources] = None,
+        state_type: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """``checkpoint/save``. ``state`` travels as the frame's attachment: bytes-like states as
+        they are (``stateType: bytes``), anything else JSON-encoded once (``stateType: json``);
+        omit it to save without state. Returns ``{checkpointId, seq, createdAt, sizeBytes,
+        storedBytes, sha256, deduplicated}``."""
+        params, att = C.save_params(
+            workflow_id,
+            state,
+            namespace=namespace,
+            checkpoint_id=checkpoint_id,
+            parent_id=parent_id,
+            phase=phase,
+            step=step,
+            step_name=step_name,
+            error=error,
+            completed_tasks=completed_tasks,
+            pending_tasks=pending_tasks,
+            workflow_hash=workflow_hash,
+            metadata=metadata,
+            sources=sources,
+            state_type=state_type,
+            max_state_bytes=self._max_state_bytes,
+        )
+        result, _ = self._request("checkpoint/save", params, att)
+        return result  # type: ignore[no-any-return]
+
+    def load(
+        self,
+        *,
+        checkpoint_id: Optional[str] = None,
+        workflow_id: Optional[str] = None,
+        namespace: Optional[str] = None,
+    ) -> Checkpoint:
+        """``checkpoint/load`` by ``checkpoint_id``, or the latest of ``workflow_id``. The state
+        comes back as the frame's attachment and is decoded per ``stateType``."""
+        params = C.target_params(checkpoint_id, workflow_id, "load", namespace)
+        params["attachment"] = True
+        result, att = self._request("checkpoint/load", params)
+        return Checkpoint(result, att)
+
+    def list(
+        self,
+        workflow_id: Optional[str] = None,
+        *,
+        namespace: Optional[str] = None,
+        phase: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        before: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> List[Dict[str, Any]]:
+        """``checkpoint/list``: checkpoint summaries, newest first."""
+        params: Dict[str, Any] = {}
+        C.put(params, "workflowId", workflow_id)
+        C.put(params, "namespace", namespace)
+        C.put(params, "phase", phase)
+        if metadata is not None:
+            params["metadata"] = dict(metadata)
+        C.put(params, "before", before)
+        C.put(params, "limit", limit)
+        result, _ = self._request("checkpoint/list", params)
+        return C.list_result(result, "checkpoints")
+
+    def delete(self, *, checkpoint_id: Optional[str] = None, workflow_id: Optional[str] = None) -> Dict[str, Any]:
+        """``checkpoint/delete`` one checkpoint, or a whole workflow. Returns ``{deleted}``."""
+        params = C.target_params(checkpoint_id, workflow_id, "delete")
+        result, _ = self._request("checkpoint/delete", params)
+        return result  # type: ignore[no-any-return]
+
+    def prune(
+        self,
+        workflow_id: Optional[str] = None,
+        *,
+        keep_last: Optional[int] = None,
+        older_than_seconds: Optional[int] = None,
+        dry_run: bool = False,
+    ) -> Dict[str, Any]:
+        """``checkpoint/prune``. Returns ``{deleted, freedBytes, dryRun}``."""
+        params: Dict[str, Any] = {}
+        C.put(params, "workflowId", workflow_id)
+        C.put(params, "keepLast", keep_last)
+        C.put(params, "olderThanSeconds", older_than_seconds)
+        if dry_run:
+            params["dryRun"] = True
+        result, _ = self._request("checkpoint/prune", params)
+        return result  # type: ignore[no-any-return]
+
+    # -----------------------------------------------------------------------------------------
+    # Workflows
+
+    def configure(
+        self,
+        workflow_id: str,
+        *,
+        keep_last: Optional[int] = None,
+        max_age_seconds: Optional[int] = None,
+        keep_first: Optional[bool] = None,
+        idle_ttl_seconds: Optional[int] = None,
+        retention: Optional[Mapping[str, Any]] = None,
+    ) -> Dict[str, Any]:
+        """``workflow/configure``: sets the retention policy. Returns ``{workflowId, retention}``."""
+        params: Dict[str, Any] = {"workflowId": workflow_id}
+        r = C.retention_param(retention, keep_last, max_age_seconds, keep_first, idle_ttl_seconds)
+        if r is not None:
+            params["retention"] = r
+        result, _ = self._request("workflow/configure", params)
+        return result  # type: ignore[no-any-return]
+
+    def complete(self, workflow_id: str, *, preserve: bool = False) -> Dict[str, Any]:
+        """``workflow/complete``: no longer resumable; checkpoints deleted unless ``preserve``."""
+        params: Dict[str, Any] = {"workflowId": workflow_id}
+        if preserve:
+            params["preserve"] = True
+        result, _ = self._request("workflow/complete", params)
+        return result  # type: ignore[no-any-return]
+
+    def workflows(self, *, resumable_only: bool = False) -> List[Dict[str, Any]]:
+        """``workflow/list``: ``[{workflowId, count, latest, resumable, completed, updatedAt, storedBytes}]``."""
+        params: Dict[str, Any] = {}
+        if resumable_only:
+            params["resumableOnly"] = True
+        result, _ = self._request("workflow/list", params)
+        return C.list_result(result, "workflows")
+
+    def put_writes(
+        self,
+        workflow_id: str,
+        checkpoint_id: str,
+        task_id: str,
+        writes: Iterable[Any],
+        *,
+        namespace: Optional[str] = None,
+        task_path: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """``writes/put``: pending writes of a task; each write is a dict ``{channel, value, idx?,
+        type?}`` or a ``(channel, value[, idx])`` tuple (bytes values go base64). Returns ``{stored}``."""
+        params: Dict[str, Any] = {
+            "workflowId": workflow_id,
+            "checkpointId": checkpoint_id,
+            "taskId": task_id,
+            "writes": C.writes_param(writes),
+        }
+        C.put(params, "namespace", namespace)
+        C.put(params, "taskPath", task_path)
+        result, _ = self._request("writes/put", params)
+        return result  # type: ignore[no-any-return]
+
+    def resume_plan(
+        self,
+        workflow_id: str,
+        *,
+        namespace: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        workflow_hash: Optional[str] = None,
+        force: bool = False,
+    ) -> ResumePlan:
+        """``resume/plan``: where to restart, with the state to continue from. Raises
+        :class:`ResumeValidationError` (``.problems``) unless ``force``."""
+        params: Dict[str, Any] = {"workflowId": workflow_id, "attachment": True}
+        C.put(params, "namespace", namespace)
+        C.put(params, "checkpointId", checkpoint_id)
+        C.put(params, "workflowHash", workflow_hash)
+        if force:
+            params["force"] = True
+        result, att = self._request("resume/plan", params)
+        return ResumePlan(result, att)
+
+    def stats(self) -> Dict[str, Any]:
+        """``stats``: counters, latency percentiles, database sizes."""
+        result, _ = self._request("stats", None)
+        return result  # type: ignore[no-any-return]
+
+    # -----------------------------------------------------------------------------------------
+    # Drift
+
+    def drift_status(self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None) -> Dict[str, Any]:
+        """``drift/status``: ``{drifted, changes: [{path, kind}]}`` for the sources recorded with
+        a workflow's latest checkpoint (or a given checkpoint)."""
+        params = C.target_params(checkpoint_id, workflow_id, "drift_status")
+        result, _ = self._request("drift/status", params)
+        return result  # type: ignore[no-any-return]
+
+    def drift_watch(
+        self,
+        *,
+        workflow_id: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        debounce_ms: Optional[int] = None,
+        callback: Optional[NotificationHandler] = None,
+    ) -> Dict[str, Any]:
+        """``drift/watch``: returns ``{watchId}``; ``drift/changed`` notifications for it go to
+        ``callback(method, params)`` (and to every notification handler)."""
+        params = C.target_params(checkpoint_id, workflow_id, "drift_watch")
+        C.put(params, "debounceMs", debounce_ms)
+
+        def register(result: Any) -> None:
+            # runs on the reader thread before any later notification is dispatched
+            if callback is not None and isinstance(result, dict) and "watchId" in result:
+                self._watch_handlers[str(result["watchId"])] = callback
+
+        result, _ = self._request("drift/watch", params, on_result=register)
+        return result  # type: ignore[no-any-return]
+
+    def drift_unwatch(self, watch_id: str) -> Any:
+        """``drift/unwatch``: stops a watch."""
+        self._watch_handlers.pop(str(watch_id), None)
+        result, _ = self._request("drift/unwatch", {"watchId": watch_id})
+        return result
+
+    # -----------------------------------------------------------------------------------------
+    # Workflow helper
+
+    def workflow(
+        self,
+        workflow_id: str,
+        *,
+        workflow_hash: Optional[str] = None,
+        sources: Optional[C.Sources] = None,
+        namespace: str = "",
+        initial_state: Any = None,
+        retryable: Tuple[type, ...] = C.DEFAULT_RETRYABLE,
+        complete_on_exit: bool = False,
+        preserve_on_complete: bool = False,
+        force: bool = False,
+        metadata: Optional[Mapping[str, Any]] = None,
+    ) -> "Workflow":
+        """A step-by-step checkpointing helper; see :class:`ckptd.workflow.Workflow`."""
+        from .workflow import Workflow
+
+        return Workflow(
+            self,
+            workflow_id,
+            workflow_hash=workflow_hash,
+            sources=sources,
+            namespace=namespace,
+            initial_state=initial_state,
+            retryable=retryable,
+            complete_on_exit=complete_on_exit,
+            preserve_on_complete=preserve_on_complete,
+            force=force,
+            metadata=metadata,
+        )

@@ -1,0 +1,59 @@
+"""Shared fixtures. Tests that need the daemon take the ``ckptd_bin`` fixture, which requires
+$CKPTD_PATH and fails (never skips) with a clear message when it is missing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+CLIENT_ROOT = HERE.parent
+REPO_ROOT = CLIENT_ROOT.parent.parent
+SRC = CLIENT_ROOT / "src"
+
+# Test the working tree (also when an older ckptd is pip-installed).
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+import ckptd  # noqa: E402
+
+_MISSING = (
+    "CKPTD_PATH is not set (or not an executable): the ckptd client tests need the daemon. "
+    "Build it and point CKPTD_PATH at it, e.g.\n"
+    "  cd {root} && go build -o bin/ckptd ./cmd/ckptd && export CKPTD_PATH=$PWD/bin/ckptd\n"
+    "(./scripts/test.sh does this). Only tests/test_framing.py and tests/test_unit.py run without it."
+)
+
+
+@pytest.fixture(scope="session")
+def ckptd_bin() -> str:
+    path = os.environ.get("CKPTD_PATH", "")
+    if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        pytest.fail(_MISSING.format(root=REPO_ROOT) + ("\nCKPTD_PATH=%r" % path if path else ""), pytrace=False)
+    return os.path.abspath(path)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    return str(tmp_path / "ckptd.db")
+
+
+@pytest.fixture
+def client(ckptd_bin: str, db_path: str) -> Iterator["ckptd.Client"]:
+    c = ckptd.Client(db=db_path, binary=ckptd_bin, args=["--keep-last", "0"])
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def child_env() -> dict:
+    """Environment for child Python processes: they import ckptd from this tree."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

@@ -1,0 +1,547 @@
+package main
+
+// The portable checkpoint archive written by `ckptd export` and read by `ckptd import`.
+// docs/archive.md is the specification; keep the two in step.
+//
+//	file    = header body trailer
+//	header  = "CKPTD-ARCHIVE\n" version:uint16be compression:uint8 reserved:uint8      (18 bytes)
+//	body    = records, as one zstd stream when compression = 1
+//	record  = kind:byte length:uint64be payload
+//	records = H W (C [S])* E
+//	trailer = "CKPTD-SHA256" sha256(every byte of the file before the digest)          (44 bytes)
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"iter"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+const (
+	archiveMagic        = "CKPTD-ARCHIVE\n"
+	archiveFormat       = "ckptd-archive"
+	archiveVersion      = 1
+	archiveHeaderLen    = len(archiveMagic) + 4
+	archiveTrailerMagic = "CKPTD-SHA256"
+	archiveTrailerLen   = len(archiveTrailerMagic) + sha256.Size
+
+	compressionNone = 0
+	compressionZstd = 1
+
+	recHeader     = 'H'
+	recWorkflow   = 'W'
+	recCheckpoint = 'C'
+	recState      = 'S'
+	recEnd        = 'E'
+
+	maxJSONRecord  = 1 << 30
+	maxStateRecord = cliMaxStateBytes
+)
+
+// archiveHeader is the H record.
+type archiveHeader struct {
+	Format       string `json:"format"`
+	Version      int    `json:"version"`
+	ExportedAt   string `json:"exportedAt"`
+	CkptdVersion string `json:"ckptdVersion"`
+	WorkflowID   string `json:"workflowId"`
+	Checkpoints  int    `json:"checkpoints"`
+	StateBytes   int64  `json:"stateBytes"`
+}
+
+// archiveWorkflow is the W record.
+type archiveWorkflow struct {
+	WorkflowID  string           `json:"workflowId"`
+	CreatedAt   string           `json:"createdAt"`
+	UpdatedAt   string           `json:"updatedAt"`
+	CompletedAt string           `json:"completedAt,omitempty"`
+	Retention   *store.Retention `json:"retention,omitempty"`
+	Config      []byte           `json:"config,omitempty"` // base64 of the raw JSON
+}
+
+// archiveCheckpoint is a C record. Raw JSON fields are base64 ([]byte) so they come back
+// byte-for-byte (encoding/json would re-format a json.RawMessage).
+type archiveCheckpoint struct {
+	CheckpointID   string           `json:"checkpointId"`
+	WorkflowID     string           `json:"workflowId"`
+	Namespace      string           `json:"namespace"`
+	Seq            int64            `json:"seq"`
+	ParentID       string           `json:"parentId,omitempty"`
+	Phase          string           `json:"phase"`
+	Step           int64            `json:"step"`
+	StepName       string           `json:"stepName,omitempty"`
+	Error          *store.StepError `json:"error,omitempty"`
+	WorkflowHash   string           `json:"workflowHash,omitempty"`
+	Metadata       []byte           `json:"metadata,omitempty"`
+	CreatedAt      string           `json:"createdAt"`
+	FormatVersion  int              `json:"formatVersion"`
+	StateType      string           `json:"stateType"`
+	SizeBytes      int64            `json:"sizeBytes"`
+	SHA256         string           `json:"sha256,omitempty"`
+	CompletedTasks []byte           `json:"completedTasks,omitempty"`
+	PendingTasks   []byte           `json:"pendingTasks,omitempty"`
+	PendingWrites  []archiveWrite   `json:"pendingWrites,omitempty"`
+}
+
+type archiveWrite struct {
+	TaskID   string `json:"taskId"`
+	TaskPath string `json:"taskPath,omitempty"`
+	Idx      int64  `json:"idx"`
+	Channel  string `json:"channel"`
+	Type     string `json:"type,omitempty"`
+	IsBytes  bool   `json:"isBytes,omitempty"`
+	Value    []byte `json:"value"` // base64; null: no value
+}
+
+// ---- writing ----
+
+// archiveWriter writes one archive. Call begin, checkpoint for each checkpoint in seq order,
+// then finish.
+type archiveWriter struct {
+	dst  io.Writer
+	h    hash.Hash
+	phys *bufio.Writer // dst and h
+	body io.Writer     // phys, or zw over it
+	zw   *zstd.Encoder
+	hdr  [9]byte
+}
+
+func newArchiveWriter(dst io.Writer, compression byte) (*archiveWriter, error) {
+	a := &archiveWriter{dst: dst, h: sha256.New()}
+	a.phys = bufio.NewWriterSize(io.MultiWriter(dst, a.h), 1<<20)
+	head := append([]byte(archiveMagic), 0, archiveVersion, compression, 0)
+	if _, err := a.phys.Write(head); err != nil {
+		return nil, err
+	}
+	a.body = a.phys
+	switch compression {
+	case compressionNone:
+	case compressionZstd:
+		zw, err := zstd.NewWriter(a.phys, zstd.WithEncoderLevel(zstd.SpeedDefault))
+		if err != nil {
+			return nil, err
+		}
+		a.zw, a.body = zw, zw
+	default:
+		return nil, fmt.Errorf("unknown compression %d", compression)
+	}
+	return a, nil
+}
+
+func (a *archiveWriter) record(kind byte, payload []byte) error {
+	a.hdr[0] = kind
+	binary.BigEndian.PutUint64(a.hdr[1:], uint64(len(payload)))
+	if _, err := a.body.Write(a.hdr[:]); err != nil {
+		return err
+	}
+	_, err := a.body.Write(payload)
+	return err
+}
+
+func (a *archiveWriter) jsonRecord(kind byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return a.record(kind, b)
+}
+
+// begin writes the H and W records.
+func (a *archiveWriter) begin(h archiveHeader, rec store.WorkflowRecord) error {
+	if !utf8.ValidString(rec.WorkflowID) {
+		return fmt.Errorf("workflow id %q is not valid UTF-8: it cannot be archived", rec.WorkflowID)
+	}
+	if err := a.jsonRecord(recHeader, h); err != nil {
+		return err
+	}
+	w := archiveWorkflow{WorkflowID: rec.WorkflowID, CreatedAt: timestamp(rec.CreatedAt), UpdatedAt: timestamp(rec.UpdatedAt),
+		CompletedAt: timestamp(rec.CompletedAt), Retention: rec.Retention, Config: rec.Config}
+	return a.jsonRecord(recWorkflow, w)
+}
+
+// checkpoint writes a C record and, when the checkpoint has state, its S record.
+func (a *archiveWriter) checkpoint(cp store.Checkpoint) error {
+	for _, s := range []string{cp.CheckpointID, cp.WorkflowID, cp.Namespace, cp.ParentID, cp.StepName, cp.WorkflowHash} {
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("checkpoint %q: field %q is not valid UTF-8: it cannot be archived", cp.CheckpointID, s)
+		}
+	}
+	ac := archiveCheckpoint{
+		CheckpointID: cp.CheckpointID, WorkflowID: cp.WorkflowID, Namespace: cp.Namespace, Seq: cp.Seq,
+		ParentID: cp.ParentID, Phase: string(cp.Phase), Step: cp.Step, StepName: cp.StepName, Error: cp.Error,
+		WorkflowHash: cp.WorkflowHash, Metadata: cp.Metadata, CreatedAt: timestamp(cp.CreatedAt),
+		FormatVersion: cp.FormatVersion, StateType: string(cp.StateType), SizeBytes: cp.SizeBytes, SHA256: cp.SHA256,
+		CompletedTasks: cp.CompletedTasks, PendingTasks: cp.PendingTasks,
+	}
+	for _, w := range cp.PendingWrites {
+		for _, s := range []string{w.TaskID, w.TaskPath, w.Channel, w.Type} {
+			if !utf8.ValidString(s) {
+				return fmt.Errorf("checkpoint %q: a pending write field is not valid UTF-8: it cannot be archived", cp.CheckpointID)
+			}
+		}
+		ac.PendingWrites = append(ac.PendingWrites, archiveWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx,
+			Channel: w.Channel, Type: w.Type, IsBytes: w.IsBytes, Value: w.Value})
+	}
+	if err := a.jsonRecord(recCheckpoint, ac); err != nil {
+		return err
+	}
+	if cp.StateType == store.StateNone {
+		return nil
+	}
+	return a.record(recState, cp.State)
+}
+
+// finish writes the E record, ends the body and writes the trailer.
+func (a *archiveWriter) finish() error {
+	if err := a.record(recEnd, nil); err != nil {
+		return err
+	}
+	if a.zw != nil {
+		if err := a.zw.Close(); err != nil {
+			return err
+		}
+	}
+	if _, err := a.phys.WriteString(archiveTrailerMagic); err != nil {
+		return err
+	}
+	if err := a.phys.Flush(); err != nil {
+		return err
+	}
+	_, err := a.dst.Write(a.h.Sum(nil))
+	return err
+}
+
+// ---- reading ----
+
+// archiveError says the archive is damaged or not a valid archive.
+type archiveError struct{ msg string }
+
+func (e *archiveError) Error() string { return e.msg }
+
+func damaged(format string, args ...any) error {
+	return &archiveError{msg: fmt.Sprintf(format, args...)}
+}
+
+// archiveReader reads and verifies one archive from a sized, random-access source (a file).
+// Every byte is hashed as it is read; the end of checkpoints() compares the digest.
+type archiveReader struct {
+	src    io.ReaderAt
+	size   int64
+	h      hash.Hash
+	want   []byte
+	raw    io.Reader // the body section, teed into h
+	body   *bufio.Reader
+	zr     *zstd.Decoder
+	header archiveHeader
+	wf     archiveWorkflow
+	failed error
+}
+
+func openArchive(src io.ReaderAt, size int64) (*archiveReader, error) {
+	if size < int64(archiveHeaderLen+archiveTrailerLen) {
+		var head [len(archiveMagic)]byte
+		if n, _ := src.ReadAt(head[:], 0); n < len(head) || string(head[:]) != archiveMagic {
+			return nil, damaged("not a ckptd archive (%d bytes, no %q header)", size, archiveMagic[:len(archiveMagic)-1])
+		}
+		return nil, damaged("truncated: %d bytes is too short for an archive", size)
+	}
+	head := make([]byte, archiveHeaderLen)
+	if _, err := src.ReadAt(head, 0); err != nil {
+		return nil, fmt.Errorf("read archive header: %w", err)
+	}
+	if string(head[:len(archiveMagic)]) != archiveMagic {
+		return nil, damaged("not a ckptd archive (no %q header)", archiveMagic[:len(archiveMagic)-1])
+	}
+	a := &archiveReader{src: src, size: size, h: sha256.New(), want: make([]byte, sha256.Size)}
+	a.h.Write(head)
+	if _, err := src.ReadAt(a.want, size-sha256.Size); err != nil {
+		return nil, fmt.Errorf("read archive trailer: %w", err)
+	}
+	a.raw = io.TeeReader(io.NewSectionReader(src, int64(archiveHeaderLen), size-int64(archiveHeaderLen+archiveTrailerLen)), a.h)
+	version := binary.BigEndian.Uint16(head[len(archiveMagic):])
+	compression, reserved := head[len(archiveMagic)+2], head[len(archiveMagic)+3]
+	switch {
+	case version != archiveVersion:
+		if a.digestOK() {
+			return nil, damaged("archive format version %d: this ckptd reads version %d (upgrade ckptd)", version, archiveVersion)
+		}
+		return nil, a.fail(fmt.Errorf("bad version %d", version))
+	case reserved != 0 || compression > compressionZstd:
+		return nil, a.fail(fmt.Errorf("bad header flags"))
+	}
+	if compression == compressionZstd {
+		zr, err := zstd.NewReader(a.raw, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(maxStateRecord)+maxJSONRecord))
+		if err != nil {
+			return nil, err
+		}
+		a.zr = zr
+		a.body = bufio.NewReaderSize(zr, 64<<10)
+	} else {
+		a.body = bufio.NewReaderSize(a.raw, 64<<10)
+	}
+	if err := a.readJSON(recHeader, &a.header); err != nil {
+		return nil, a.fail(err)
+	}
+	if a.header.Format != archiveFormat || a.header.Version != archiveVersion {
+		return nil, a.fail(fmt.Errorf("header record says format %q version %d", a.header.Format, a.header.Version))
+	}
+	if err := a.readJSON(recWorkflow, &a.wf); err != nil {
+		return nil, a.fail(err)
+	}
+	if a.wf.WorkflowID == "" || a.wf.WorkflowID != a.header.WorkflowID {
+		return nil, a.fail(fmt.Errorf("workflow record names %q, header %q", a.wf.WorkflowID, a.header.WorkflowID))
+	}
+	return a, nil
+}
+
+// close releases the decompressor.
+func (a *archiveReader) close() {
+	if a.zr != nil {
+		a.zr.Close()
+	}
+}
+
+// digestOK finishes hashing the file (whatever was not read yet) and compares the digest.
+func (a *archiveReader) digestOK() bool {
+	if _, err := io.Copy(io.Discard, a.raw); err != nil {
+		return false
+	}
+	magic := make([]byte, len(archiveTrailerMagic))
+	if _, err := a.src.ReadAt(magic, a.size-int64(archiveTrailerLen)); err != nil {
+		return false
+	}
+	a.h.Write(magic)
+	return string(magic) == archiveTrailerMagic && bytes.Equal(a.h.Sum(nil), a.want)
+}
+
+// fail turns a problem met while reading into the error to report: a digest mismatch says
+// "damaged" (any changed or missing byte ends here); an intact digest around an invalid
+// structure says "invalid".
+func (a *archiveReader) fail(err error) error {
+	if a.failed != nil {
+		return a.failed
+	}
+	var ae *archiveError
+	switch {
+	case errors.As(err, &ae):
+		a.failed = err
+	case a.digestOK():
+		a.failed = damaged("invalid archive (its checksum is intact, so it was written this way): %v", err)
+	default:
+		a.failed = damaged("damaged: SHA-256 mismatch, the file was modified or truncated after it was written (first problem: %v)", err)
+	}
+	return a.failed
+}
+
+var errTruncated = errors.New("unexpected end of data")
+
+// record reads the next record, refusing lengths above limit. Payloads are read as they arrive,
+// so a damaged length cannot make the reader allocate more than the data that is there.
+func (a *archiveReader) record(limit int64) (byte, []byte, error) {
+	var hdr [9]byte
+	if _, err := io.ReadFull(a.body, hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, nil, errTruncated
+		}
+		return 0, nil, err
+	}
+	kind, n := hdr[0], binary.BigEndian.Uint64(hdr[1:])
+	if n > uint64(limit) {
+		return kind, nil, fmt.Errorf("record %q of %d bytes is over the %d-byte limit", kind, n, limit)
+	}
+	// grow with the data actually there: at most about twice what was read is ever allocated
+	const first = 1 << 20
+	buf := make([]byte, 0, min(n, first))
+	for uint64(len(buf)) < n {
+		k := int(min(n-uint64(len(buf)), uint64(max(len(buf), first))))
+		buf = slices.Grow(buf, k)
+		m, err := io.ReadFull(a.body, buf[len(buf):len(buf)+k])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return kind, nil, errTruncated
+			}
+			return kind, nil, err
+		}
+	}
+	return kind, buf, nil
+}
+
+func (a *archiveReader) readJSON(want byte, v any) error {
+	kind, b, err := a.record(maxJSONRecord)
+	if err != nil {
+		return err
+	}
+	if kind != want {
+		return fmt.Errorf("expected a %q record, found %q", want, kind)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%q record: %v", want, err)
+	}
+	return nil
+}
+
+// workflow is the archived workflow's record.
+func (a *archiveReader) workflow() (store.WorkflowRecord, error) {
+	rec := store.WorkflowRecord{WorkflowID: a.wf.WorkflowID, Retention: a.wf.Retention, Config: a.wf.Config}
+	for _, f := range []struct {
+		s   string
+		dst *time.Time
+	}{{a.wf.CreatedAt, &rec.CreatedAt}, {a.wf.UpdatedAt, &rec.UpdatedAt}, {a.wf.CompletedAt, &rec.CompletedAt}} {
+		if f.s == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, f.s)
+		if err != nil {
+			return rec, a.fail(fmt.Errorf("workflow record: bad time %q", f.s))
+		}
+		*f.dst = t
+	}
+	return rec, nil
+}
+
+// checkpoints yields every checkpoint, verified (state size and SHA-256), in seq order. The
+// sequence ends with an error if anything is wrong, including a digest mismatch found after the
+// last checkpoint: a consumer that stops at the first error never acts on a damaged archive.
+func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
+	return func(yield func(store.Checkpoint, error) bool) {
+		if a.failed != nil {
+			yield(store.Checkpoint{}, a.failed)
+			return
+		}
+		n := 0
+		var lastSeq int64
+		for {
+			kind, b, err := a.record(maxJSONRecord)
+			if err != nil {
+				yield(store.Checkpoint{}, a.fail(err))
+				return
+			}
+			switch kind {
+			case recEnd:
+				if err := a.end(b, n); err != nil {
+					yield(store.Checkpoint{}, err)
+				}
+				return
+			case recCheckpoint:
+			default:
+				yield(store.Checkpoint{}, a.fail(fmt.Errorf("unexpected %q record after %d checkpoints", kind, n)))
+				return
+			}
+			cp, err := a.checkpoint(b, n, lastSeq)
+			if err != nil {
+				yield(store.Checkpoint{}, a.fail(err))
+				return
+			}
+			n++
+			lastSeq = cp.Seq
+			if !yield(cp, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (a *archiveReader) checkpoint(b []byte, n int, lastSeq int64) (store.Checkpoint, error) {
+	var ac archiveCheckpoint
+	if err := json.Unmarshal(b, &ac); err != nil {
+		return store.Checkpoint{}, fmt.Errorf("checkpoint record %d: %v", n+1, err)
+	}
+	bad := func(format string, args ...any) (store.Checkpoint, error) {
+		return store.Checkpoint{}, fmt.Errorf("checkpoint %q: %s", ac.CheckpointID, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case ac.CheckpointID == "":
+		return bad("no checkpointId")
+	case ac.WorkflowID != a.wf.WorkflowID:
+		return bad("belongs to workflow %q, the archive holds %q", ac.WorkflowID, a.wf.WorkflowID)
+	case n > 0 && ac.Seq <= lastSeq:
+		return bad("seq %d does not follow %d", ac.Seq, lastSeq)
+	case n >= a.header.Checkpoints:
+		return bad("more checkpoints than the %d the header announces", a.header.Checkpoints)
+	case !store.Phase(ac.Phase).Valid():
+		return bad("phase %q", ac.Phase)
+	}
+	created, err := time.Parse(time.RFC3339Nano, ac.CreatedAt)
+	if err != nil {
+		return bad("createdAt %q", ac.CreatedAt)
+	}
+	cp := store.Checkpoint{Summary: store.Summary{
+		CheckpointID: ac.CheckpointID, WorkflowID: ac.WorkflowID, Namespace: ac.Namespace, Seq: ac.Seq,
+		ParentID: ac.ParentID, Phase: store.Phase(ac.Phase), Step: ac.Step, StepName: ac.StepName, Error: ac.Error,
+		WorkflowHash: ac.WorkflowHash, Metadata: nilIfEmpty(ac.Metadata), CreatedAt: created.UTC(),
+		StateType: store.StateType(ac.StateType), SizeBytes: ac.SizeBytes, SHA256: ac.SHA256,
+		FormatVersion: ac.FormatVersion,
+	}, CompletedTasks: nilIfEmpty(ac.CompletedTasks), PendingTasks: nilIfEmpty(ac.PendingTasks)}
+	for _, w := range ac.PendingWrites {
+		cp.PendingWrites = append(cp.PendingWrites, store.Write{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx,
+			Channel: w.Channel, Type: w.Type, IsBytes: w.IsBytes, Value: w.Value})
+	}
+	switch cp.StateType {
+	case store.StateNone:
+		if ac.SizeBytes != 0 || ac.SHA256 != "" {
+			return bad("stateType none with a size or SHA-256")
+		}
+		return cp, nil
+	case store.StateJSON, store.StateBytes:
+	default:
+		return bad("stateType %q", ac.StateType)
+	}
+	kind, state, err := a.record(maxStateRecord)
+	if err != nil {
+		return store.Checkpoint{}, err
+	}
+	if kind != recState {
+		return bad("expected its state record, found %q", kind)
+	}
+	if int64(len(state)) != ac.SizeBytes {
+		return bad("state is %d bytes, the checkpoint says %d", len(state), ac.SizeBytes)
+	}
+	sum := sha256.Sum256(state)
+	if hex.EncodeToString(sum[:]) != ac.SHA256 {
+		return bad("state SHA-256 mismatch")
+	}
+	cp.State = state
+	return cp, nil
+}
+
+// end checks the E record, that nothing follows it, and the file digest.
+func (a *archiveReader) end(payload []byte, n int) error {
+	if len(payload) != 0 {
+		return a.fail(fmt.Errorf("end record with %d bytes of payload", len(payload)))
+	}
+	if _, err := a.body.ReadByte(); err == nil {
+		return a.fail(errors.New("data after the end record"))
+	} else if !errors.Is(err, io.EOF) {
+		return a.fail(err)
+	}
+	if n != a.header.Checkpoints {
+		return a.fail(fmt.Errorf("%d checkpoints, the header announces %d", n, a.header.Checkpoints))
+	}
+	if !a.digestOK() {
+		a.failed = damaged("damaged: SHA-256 mismatch, the file was modified or truncated after it was written")
+		return a.failed
+	}
+	return nil
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+func archiveCheckpoints() (store.WorkflowRecord, []store.Checkpoint) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
+	rec := store.WorkflowRecord{WorkflowID: "wf", Retention: &store.Retention{KeepLast: 3, KeepFirst: true},
+		Config: []byte(`{"a": 1}`), CreatedAt: t0, UpdatedAt: t0.Add(time.Hour)}
+	mk := func(i int, typ store.StateType, state []byte) store.Checkpoint {
+		cp := store.Checkpoint{Summary: store.Summary{CheckpointID: fmt.Sprintf("c-%d", i), WorkflowID: "wf", Seq: int64(i * 2),
+			Phase: store.PhaseCompleted, Step: int64(i), StepName: "step é", CreatedAt: t0.Add(time.Duration(i) * time.Minute),
+			StateType: typ, FormatVersion: 1, WorkflowHash: "h", Metadata: []byte(`{"k": "<v>"}`)},
+			State: state, CompletedTasks: []byte(`[ "x" ]`)}
+		if typ != store.StateNone {
+			sum := sha256.Sum256(state)
+			cp.SHA256, cp.SizeBytes = hex.EncodeToString(sum[:]), int64(len(state))
+		}
+		return cp
+	}
+	cps := []store.Checkpoint{
+		mk(1, store.StateJSON, cliState(3000)),
+		mk(2, store.StateBytes, []byte{0, 1, 2, 0xff}),
+		mk(3, store.StateNone, nil),
+	}
+	cps[1].Error = &store.StepError{Message: "boom", Retryable: true}
+	cps[1].Phase = store.PhaseFailed
+	cps[2].PendingTasks = []byte(`[{"id":"t"}]`)
+	cps[2].PendingWrites = []store.Write{{TaskID: "t", Idx: 0, Channel: "c", Value: []byte(`{"v": 1}`)},
+		{TaskID: "t", Idx: -1, Channel: "d", Value: []byte{9, 8}, IsBytes: true, Type: "bytes"}}
+	return rec, cps
+}
+
+func writeTestArchive(t *testing.T, compression byte) []byte {
+	t.Helper()
+	rec, cps := archiveCheckpoints()
+	var buf bytes.Buffer
+	aw, err := newArchiveWriter(&buf, compression)
+	require.NoError(t, err)
+	require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, WorkflowID: "wf",
+		Checkpoints: len(cps), ExportedAt: "2026-01-02T00:00:00Z", CkptdVersion: "test"}, rec))
+	for _, cp := range cps {
+		require.NoError(t, aw.checkpoint(cp))
+	}
+	require.NoError(t, aw.finish())
+	return buf.Bytes()
+}
+
+func readTestArchive(b []byte) (store.WorkflowRecord, []store.Checkpoint, error) {
+	ar, err := openArchive(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return store.WorkflowRecord{}, nil, err
+	}
+	defer ar.close()
+	rec, err := ar.workflow()
+	if err != nil {
+		return rec, nil, err
+	}
+	var out []store.Checkpoint
+	for cp, err := range ar.checkpoints() {
+		if err != nil {
+			return rec, out, err
+		}
+		out = append(out, cp)
+	}
+	return rec, out, nil
+}
+
+func TestArchiveRoundTrip(t *testing.T) {
+	wantRec, want := archiveCheckpoints()
+	for _, comp := range []byte{compressionNone, compressionZstd} {
+		t.Run(fmt.Sprint(comp), func(t *testing.T) {
+			b := writeTestArchive(t, comp)
+			assert.Equal(t, archiveMagic, string(b[:len(archiveMagic)]))
+			assert.Equal(t, archiveTrailerMagic, string(b[len(b)-archiveTrailerLen:len(b)-sha256.Size]))
+			rec, got, err := readTestArchive(b)
+			require.NoError(t, err)
+			assert.Equal(t, wantRec.WorkflowID, rec.WorkflowID)
+			assert.Equal(t, wantRec.Retention, rec.Retention)
+			assert.Equal(t, string(wantRec.Config), string(rec.Config))
+			assert.True(t, wantRec.CreatedAt.Equal(rec.CreatedAt))
+			assert.True(t, rec.CompletedAt.IsZero())
+			require.Len(t, got, len(want))
+			for i := range want {
+				assert.True(t, want[i].CreatedAt.Equal(got[i].CreatedAt))
+				got[i].CreatedAt = want[i].CreatedAt
+				assert.Equal(t, want[i], got[i]) // raw JSON fields byte-for-byte, "<v>" not escaped
+			}
+		})
+	}
+}
+
+// TestArchiveDetectsEveryFlippedByte: changing any single byte of an archive, truncating it
+// anywhere or appending to it is detected.
+func TestArchiveDetectsEveryFlippedByte(t *testing.T) {
+	for _, comp := range []byte{compressionNone, compressionZstd} {
+		t.Run(fmt.Sprint(comp), func(t *testing.T) {
+			b := writeTestArchive(t, comp)
+			masks := []byte{0x01, 0x80, 0xff, 0x10}
+			for i := range b {
+				x := masks[i%len(masks)] // a different bit pattern at consecutive positions
+				d := bytes.Clone(b)
+				d[i] ^= x
+				_, _, err := readTestArchive(d)
+				require.Error(t, err, "byte %d ^ %#x not detected", i, x)
+				var ae *archiveError
+				require.ErrorAs(t, err, &ae, "byte %d: %v", i, err)
+			}
+			for n := 0; n < len(b); n++ {
+				_, _, err := readTestArchive(b[:n])
+				require.Error(t, err, "truncation to %d bytes not detected", n)
+			}
+			_, _, err := readTestArchive(append(bytes.Clone(b), 0))
+			require.Error(t, err)
+		})
+	}
+}
+
+func TestArchiveMessages(t *testing.T) {
+	b := writeTestArchive(t, compressionZstd)
+	d := bytes.Clone(b)
+	d[len(d)/2] ^= 0xff
+	_, _, err := readTestArchive(d)
+	assert.Contains(t, err.Error(), "damaged: SHA-256 mismatch")
+	_, _, err = readTestArchive(b[:len(b)-100])
+	assert.Contains(t, err.Error(), "damaged: SHA-256 mismatch")
+	_, _, err = readTestArchive([]byte("SQLite format 3\x00 and then some more bytes that go on for a while........"))
+	assert.EqualError(t, err, `not a ckptd archive (no "CKPTD-ARCHIVE" header)`)
+	_, _, err = readTestArchive(nil)
+	assert.Contains(t, err.Error(), "not a ckptd archive")
+
+	// a newer version with an intact digest asks for an upgrade
+	v2 := bytes.Clone(b)
+	binary.BigEndian.PutUint16(v2[len(archiveMagic):], 2)
+	resign(v2)
+	_, _, err = readTestArchive(v2)
+	assert.EqualError(t, err, "archive format version 2: this ckptd reads version 1 (upgrade ckptd)")
+}
+
+// resign recomputes an archive's digest (to craft archives that are intact but invalid).
+func resign(b []byte) {
+	sum := sha256.Sum256(b[:len(b)-sha256.Size])
+	copy(b[len(b)-sha256.Size:], sum[:])
+}
+
+// TestArchiveHugeLength: a record announcing an enormous length neither allocates it nor passes.
+func TestArchiveHugeLength(t *testing.T) {
+	b := writeTestArchive(t, compressionNone)
+	// the H record's length field sits right after the header and its kind byte
+	binary.BigEndian.PutUint64(b[archiveHeaderLen+1:], 1<<40)
+	resign(b)
+	_, _, err := readTestArchive(b)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "invalid archive")
+	assert.Contains(t, err.Error(), "over the")
+
+	b = writeTestArchive(t, compressionNone)
+	binary.BigEndian.PutUint64(b[archiveHeaderLen+1:], 1<<29)
+	resign(b)
+	_, _, err = readTestArchive(b)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unexpected end of data")
+}

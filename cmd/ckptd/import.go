@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+const importUsage = `usage: ckptd import FILE [flags]
+
+Reads an archive written by 'ckptd export' into the database (created if missing). The whole
+archive is verified first (magic, version, every record, every state's SHA-256, the file's
+SHA-256): a damaged or truncated archive imports nothing. Then everything is written in one
+transaction. Checkpoint ids, creation times and SHA-256s are kept; seqs too, unless the
+workflow already has checkpoints at or after them here (then they follow the existing ones, in
+their original order). A checkpoint already present with the same content is skipped, so
+importing twice is a no-op; the same id with different content refuses the whole import.
+FILE "-" reads the archive from stdin.
+
+examples:
+  ckptd import wf-1.ckpt
+  ckptd import --dry-run wf-1.ckpt
+  ssh build-host ckptd export wf-1 -o - | ckptd import -
+`
+
+type importReport struct {
+	WorkflowID      string                     `json:"workflowId"`
+	File            string                     `json:"file"`
+	CreatedWorkflow bool                       `json:"createdWorkflow"`
+	Imported        int                        `json:"imported"`
+	Skipped         int                        `json:"skipped"`
+	Renumbered      int                        `json:"renumbered"`
+	DryRun          bool                       `json:"dryRun"`
+	Checkpoints     []importReportedCheckpoint `json:"checkpoints"`
+}
+
+type importReportedCheckpoint struct {
+	CheckpointID string `json:"checkpointId"`
+	Status       string `json:"status"`
+	Seq          int64  `json:"seq"`
+	OriginalSeq  int64  `json:"originalSeq"`
+}
+
+func runImport(ctx context.Context, e *env, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(e, "import", importUsage)
+	registerDBFlags(fs, &g)
+	dryRun := fs.Bool("dry-run", false, "verify the archive and report what would be imported; write nothing")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0:
+		return usageError{"missing FILE"}
+	case len(pos) > 1:
+		return usageError{fmt.Sprintf("unexpected argument %q (import takes one FILE)", pos[1])}
+	}
+	name := pos[0]
+	f, err := openImportFile(e, name)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+
+	// Pass 1: verify everything before the database is even opened.
+	if err := verifyArchive(f.f, f.size); err != nil {
+		return importFailed(name, err)
+	}
+	// A dry run does not create a missing database.
+	return withStore(ctx, e, &g, !*dryRun, func(st *store.Store) error {
+		// Pass 2: read again (verifying again) straight into one transaction.
+		ar, err := openArchive(f.f, f.size)
+		if err != nil {
+			return importFailed(name, err)
+		}
+		defer ar.close()
+		rec, err := ar.workflow()
+		if err != nil {
+			return importFailed(name, err)
+		}
+		res, err := st.Import(ctx, rec, ar.checkpoints(), store.ImportOptions{DryRun: *dryRun})
+		if err != nil {
+			return importFailed(name, err)
+		}
+		rep := importReport{WorkflowID: res.WorkflowID, File: name, CreatedWorkflow: res.CreatedWorkflow,
+			Imported: res.Imported, Skipped: res.Skipped, Renumbered: res.Renumbered, DryRun: res.DryRun,
+			Checkpoints: make([]importReportedCheckpoint, 0, len(res.Checkpoints))}
+		for _, c := range res.Checkpoints {
+			rep.Checkpoints = append(rep.Checkpoints, importReportedCheckpoint{CheckpointID: c.CheckpointID,
+				Status: c.Status, Seq: c.Seq, OriginalSeq: c.OriginalSeq})
+		}
+		if *asJSON {
+			return printJSON(e.stdout, rep)
+		}
+		return rep.text(e)
+	})
+}
+
+func importFailed(name string, err error) error {
+	var ae *archiveError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("%s: %v; nothing was imported", name, ae)
+	}
+	return fmt.Errorf("%w; nothing was imported", err)
+}
+
+// verifyArchive reads a whole archive, checking everything, without keeping it.
+func verifyArchive(src io.ReaderAt, size int64) error {
+	ar, err := openArchive(src, size)
+	if err != nil {
+		return err
+	}
+	defer ar.close()
+	if _, err := ar.workflow(); err != nil {
+		return err
+	}
+	for _, err := range ar.checkpoints() {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type importFile struct {
+	f    *os.File
+	size int64
+	tmp  string
+}
+
+func (f *importFile) close() {
+	_ = f.f.Close()
+	if f.tmp != "" {
+		_ = os.Remove(f.tmp)
+	}
+}
+
+// openImportFile opens the archive; "-" spools stdin to a temporary file (the archive is read
+// twice: verified, then imported).
+func openImportFile(e *env, name string) (*importFile, error) {
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() {
+			_ = f.Close()
+			return nil, fmt.Errorf("%s is not a regular file (use - to read stdin)", name)
+		}
+		return &importFile{f: f, size: fi.Size()}, nil
+	}
+	f, err := os.CreateTemp("", "ckptd-import-*")
+	if err != nil {
+		return nil, err
+	}
+	out := &importFile{f: f, tmp: f.Name()}
+	n, err := io.Copy(f, e.stdin)
+	if err != nil {
+		out.close()
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	out.size = n
+	return out, nil
+}
+
+func (r importReport) text(e *env) error {
+	where := "already here: its configuration is kept"
+	if r.CreatedWorkflow {
+		where = "new here"
+	}
+	verb := "imported"
+	if r.DryRun {
+		verb = "dry run: would import"
+	}
+	fmt.Fprintf(e.stdout, "%s workflow %s (%s) from %s: %d imported, %d skipped\n", verb, r.WorkflowID, where, r.File,
+		r.Imported, r.Skipped)
+	if len(r.Checkpoints) == 0 {
+		return nil
+	}
+	tw := newTable(e.stdout)
+	fmt.Fprintln(tw, "SEQ\tCHECKPOINT\tRESULT")
+	for _, c := range r.Checkpoints {
+		res := c.Status
+		switch {
+		case c.Status == store.ImportSkipped:
+			res = "skipped (already here, same content)"
+		case c.Seq != c.OriginalSeq:
+			res = fmt.Sprintf("imported (seq was %d)", c.OriginalSeq)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", c.Seq, c.CheckpointID, res)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.DryRun {
+		fmt.Fprintln(e.stdout, "dry run: nothing was written")
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+// exportTo exports wf from db into dir/name and returns the archive's path.
+func exportTo(t *testing.T, db *cliDB, wf, name string, extra ...string) string {
+	t.Helper()
+	out := filepath.Join(db.dir, name)
+	res := cliRun(t, nil, append([]string{"export", wf, "-o", out, "--db", db.path}, extra...)...)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	return out
+}
+
+// showJSONOf returns ckptd show --json of every checkpoint of wf, plus its state bytes.
+func showJSONOf(t *testing.T, dbPath, dir, wf string) map[string]string {
+	t.Helper()
+	res := cliRun(t, nil, "ls", wf, "--json", "--db", dbPath)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	var list struct {
+		Checkpoints []struct{ CheckpointID, StateType string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &list))
+	out := map[string]string{}
+	for _, c := range list.Checkpoints {
+		res := cliRun(t, nil, "show", c.CheckpointID, "--json", "--db", dbPath)
+		require.Equal(t, exitOK, res.code, res.stderr)
+		out[c.CheckpointID] = res.stdout
+		if c.StateType != "none" {
+			f := filepath.Join(dir, "state-"+c.CheckpointID)
+			res = cliRun(t, nil, "show", c.CheckpointID, "--state", "-o", f, "--db", dbPath)
+			require.Equal(t, exitOK, res.code, res.stderr)
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			out[c.CheckpointID+" state"] = string(b)
+		}
+	}
+	return out
+}
+
+func TestCLIExportImport(t *testing.T) {
+	src := standardFixture(t)
+	for _, comp := range []string{"zstd", "none"} {
+		t.Run(comp, func(t *testing.T) {
+			archive := filepath.Join(src.dir, "alpha-"+comp+".ckpt")
+			res := cliRun(t, nil, "export", "wf-alpha", "-o", archive, "--compression", comp, "--db", src.path)
+			cliGolden(t, "export-"+comp, src.dir, res)
+			info, err := os.Stat(archive)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+			dst := t.TempDir()
+			dstDB := filepath.Join(dst, "sub", "target.db")
+			res = cliRun(t, nil, "import", archive, "--db", dstDB)
+			cliGolden(t, "import-"+comp, src.dir, res)
+			// every field, task list, pending write and state byte is the same on both sides
+			assert.Equal(t, showJSONOf(t, src.path, t.TempDir(), "wf-alpha"), showJSONOf(t, dstDB, t.TempDir(), "wf-alpha"))
+			// importing again changes nothing
+			res = cliRun(t, nil, "import", archive, "--db", dstDB)
+			cliGolden(t, "import-again-"+comp, src.dir, res)
+			res = cliRun(t, nil, "verify", "--quiet", "--db", dstDB)
+			assert.Equal(t, exitOK, res.code, res.stdout)
+		})
+	}
+}
+
+// TestCLIImportSameContentDigest: an imported checkpoint saved again with identical content is an
+// idempotent repeat for the sidecar (the import computed the same digest as a save).
+func TestCLIImportSameContentDigest(t *testing.T) {
+	src := standardFixture(t)
+	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
+	dstDB := filepath.Join(t.TempDir(), "t.db")
+	require.Equal(t, exitOK, cliRun(t, nil, "import", archive, "--db", dstDB).code)
+	d := startDaemon(t, dstDB)
+	var r map[string]any
+	d.call("checkpoint/save", map[string]any{"workflowId": "wf-alpha", "checkpointId": "a-2", "parentId": "a-1",
+		"phase": "completed", "step": 0, "stepName": "fetch", "workflowHash": "h-alpha", "completedTasks": []string{"fetch"},
+		"metadata": map[string]any{"source": "loop", "attempt": 1}, "stateAttachment": true, "stateType": "json"},
+		[]byte(`{"messages":[{"role":"user","content":"hello <world> & all"}]}`), &r)
+	assert.EqualValues(t, 2, r["seq"])
+	assert.Equal(t, "2026-01-02T03:05:00.000000Z", r["createdAt"])
+	// and the sidecar resumes the imported workflow where the source would
+	var plan map[string]any
+	d.call("resume/plan", map[string]any{"workflowId": "wf-alpha"}, nil, &plan)
+	assert.Equal(t, "a-3", plan["checkpointId"])
+	assert.EqualValues(t, 1, plan["startStep"])
+}
+
+func TestCLIImportCompletedWorkflow(t *testing.T) {
+	src := standardFixture(t)
+	archive := exportTo(t, src, "wf-done", "done.ckpt")
+	dstDB := filepath.Join(t.TempDir(), "t.db")
+	require.Equal(t, exitOK, cliRun(t, nil, "import", archive, "--db", dstDB).code)
+	res := cliRun(t, nil, "ls", "--db", dstDB)
+	assert.Contains(t, res.stdout, "no (completed)")
+}
+
+// TestCLIImportIncremental: an archive of a longer history of the same workflow imports only
+// the new checkpoints, with their original seqs.
+func TestCLIImportIncremental(t *testing.T) {
+	src := newCLIDB(t, nil)
+	for i := 1; i <= 3; i++ {
+		src.save(store.SaveRequest{WorkflowID: "wf", CheckpointID: fmt.Sprintf("c-%d", i), Step: int64(i),
+			State: []byte(fmt.Sprintf(`{"i":%d}`, i)), StateType: store.StateJSON})
+	}
+	src.close()
+	first := exportTo(t, src, "wf", "first.ckpt")
+	dstDB := filepath.Join(t.TempDir(), "t.db")
+	require.Equal(t, exitOK, cliRun(t, nil, "import", first, "--db", dstDB).code)
+
+	st, err := store.Open(t.Context(), store.Options{Path: src.path, Now: newCLIClock(cliStart.Add(time.Hour)).Now})
+	require.NoError(t, err)
+	for i := 4; i <= 5; i++ {
+		_, err := st.Save(t.Context(), store.SaveRequest{WorkflowID: "wf", CheckpointID: fmt.Sprintf("c-%d", i),
+			Step: int64(i), State: []byte(fmt.Sprintf(`{"i":%d}`, i)), StateType: store.StateJSON})
+		require.NoError(t, err)
+	}
+	require.NoError(t, st.Close())
+	second := exportTo(t, src, "wf", "second.ckpt")
+	cliGolden(t, "import-incremental", src.dir, cliRun(t, nil, "import", second, "--db", dstDB))
+}
+
+// TestCLIImportRenumbers: the target already has other checkpoints of the workflow at those
+// seqs: the imported ones follow them, in their original order.
+func TestCLIImportRenumbers(t *testing.T) {
+	src := standardFixture(t)
+	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
+	dst := newCLIDB(t, nil)
+	for i := 1; i <= 2; i++ {
+		dst.save(store.SaveRequest{WorkflowID: "wf-alpha", CheckpointID: fmt.Sprintf("x-%d", i), Step: 7,
+			State: []byte(`{"x":1}`), StateType: store.StateJSON})
+	}
+	dst.close()
+	cliGolden(t, "import-renumbered", src.dir, cliRun(t, nil, "import", archive, "--db", dst.path))
+	assert.Equal(t, []string{"a-3", "s-1", "a-2", "a-1", "x-2", "x-1"}, cliIDs(t, dst, "wf-alpha"))
+	cliGolden(t, "import-renumbered-again", src.dir, cliRun(t, nil, "import", archive, "--db", dst.path))
+}
+
+// TestCLIImportConflict: a checkpoint id present with other content refuses the whole import.
+func TestCLIImportConflict(t *testing.T) {
+	src := standardFixture(t)
+	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
+	dst := newCLIDB(t, nil)
+	dst.save(store.SaveRequest{WorkflowID: "wf-alpha", CheckpointID: "a-3", State: []byte(`{"other":1}`), StateType: store.StateJSON})
+	dst.save(store.SaveRequest{WorkflowID: "wf-zeta", CheckpointID: "z-1", State: []byte(`{"z":1}`), StateType: store.StateJSON})
+	dst.close()
+	cliGolden(t, "import-conflict", src.dir, cliRun(t, nil, "import", archive, "--db", dst.path))
+	assert.Equal(t, []string{"a-3"}, cliIDs(t, dst, "wf-alpha"), "nothing was imported")
+
+	// the same id in another workflow
+	dst2 := newCLIDB(t, nil)
+	dst2.save(store.SaveRequest{WorkflowID: "wf-other", CheckpointID: "a-1", State: []byte(`{}`), StateType: store.StateJSON})
+	dst2.close()
+	res := cliRun(t, nil, "import", archive, "--db", dst2.path)
+	assert.Equal(t, exitProblem, res.code)
+	assert.Contains(t, res.stderr, `checkpoint "a-1" already exists in workflow "wf-other"`)
+	assert.Contains(t, res.stderr, "nothing was imported")
+	res = cliRun(t, nil, "ls", "wf-alpha", "--db", dst2.path)
+	assert.Equal(t, exitProblem, res.code, "wf-alpha must not exist")
+}
+
+// TestCLIImportDamaged: a damaged archive is refused and nothing is written (the target
+// database is not even created).
+func TestCLIImportDamaged(t *testing.T) {
+	src := standardFixture(t)
+	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
+	good, err := os.ReadFile(archive)
+	require.NoError(t, err)
+	write := func(name string, b []byte) string {
+		p := filepath.Join(src.dir, name)
+		require.NoError(t, os.WriteFile(p, b, 0o600))
+		return p
+	}
+	flip := func(i int) []byte { b := append([]byte(nil), good...); b[i] ^= 0x20; return b }
+	cases := map[string][]byte{
+		"flip-header":     flip(15),
+		"flip-body":       flip(len(good) / 2),
+		"flip-digest":     flip(len(good) - 1),
+		"truncated":       good[:len(good)*2/3],
+		"truncated-1":     good[:len(good)-1],
+		"appended":        append(append([]byte(nil), good...), '\n'),
+		"not-an-archive":  []byte("hello, this is a text file and not a checkpoint archive at all\n"),
+		"empty":           {},
+		"trailer-missing": good[:len(good)-archiveTrailerLen],
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := write(name+".ckpt", b)
+			dstDB := filepath.Join(t.TempDir(), "t.db")
+			res := cliRun(t, nil, "import", p, "--db", dstDB)
+			cliGolden(t, "import-damaged-"+name, src.dir, res)
+			assert.Equal(t, exitProblem, res.code)
+			assert.Contains(t, res.stderr, "nothing was imported")
+			assert.NoFileExists(t, dstDB)
+		})
+	}
+	// into an existing database: untouched
+	dst := newCLIDB(t, nil)
+	dst.save(store.SaveRequest{WorkflowID: "wf-zeta", CheckpointID: "z-1", State: []byte(`{}`), StateType: store.StateJSON})
+	dst.close()
+	res := cliRun(t, nil, "import", write("x.ckpt", flip(len(good)-40)), "--db", dst.path)
+	assert.Equal(t, exitProblem, res.code)
+	res = cliRun(t, nil, "ls", "--json", "--db", dst.path)
+	assert.NotContains(t, res.stdout, "wf-alpha")
+}
+
+func TestCLIImportStdin(t *testing.T) {
+	src := standardFixture(t)
+	res := cliRun(t, nil, "export", "wf-beta", "-o", "-", "--db", src.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	assert.Equal(t, "exported workflow wf-beta to -: 2 checkpoints, 12 B of state\n", res.stderr)
+	assert.Equal(t, archiveMagic, res.stdout[:len(archiveMagic)])
+	dstDB := filepath.Join(t.TempDir(), "t.db")
+	res = cliRunIn(t, []byte(res.stdout), nil, "import", "-", "--db", dstDB)
+	cliGolden(t, "import-stdin", "", res)
+	res = cliRun(t, nil, "show", "b-2", "--state", "--db", dstDB)
+	assert.Equal(t, []byte{0xde, 0xad, 0xbe, 0xef, 0x00, 0x02}, []byte(res.stdout))
+}
+
+func TestCLIImportDryRun(t *testing.T) {
+	src := standardFixture(t)
+	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
+	dst := newCLIDB(t, nil)
+	dst.save(store.SaveRequest{WorkflowID: "wf-alpha", CheckpointID: "a-1", Phase: store.PhaseBeforeStep, Step: 0,
+		StepName: "fetch", State: []byte(`{"messages":[{"role":"user","content":"hello <world> & all"}]}`),
+		StateType: store.StateJSON, WorkflowHash: "h-alpha"})
+	dst.close()
+	cliGolden(t, "import-dry-run", src.dir, cliRun(t, nil, "import", "--dry-run", archive, "--db", dst.path))
+	assert.Equal(t, []string{"a-1"}, cliIDs(t, dst, "wf-alpha"))
+	res := cliRun(t, nil, "import", "--dry-run", "--json", archive, "--db", dst.path)
+	var rep importReport
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep))
+	assert.True(t, rep.DryRun)
+	assert.Equal(t, 3, rep.Imported)
+	assert.Equal(t, 1, rep.Skipped)
+	// a dry run does not create a database
+	missing := filepath.Join(t.TempDir(), "none.db")
+	res = cliRun(t, nil, "import", "--dry-run", archive, "--db", missing)
+	assert.Equal(t, exitProblem, res.code)
+	assert.NoFileExists(t, missing)
+}
+
+func TestCLIExportErrors(t *testing.T) {
+	src := standardFixture(t)
+	src.corruptState("a-2")
+	out := filepath.Join(src.dir, "a.ckpt")
+	cliGolden(t, "export-corrupt", src.dir, cliRun(t, nil, "export", "wf-alpha", "-o", out, "--db", src.path))
+	assert.NoFileExists(t, out)
+	entries, err := os.ReadDir(src.dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.NotContains(t, e.Name(), ".ckptd-export-", "temporary file left behind")
+	}
+	cliGolden(t, "export-unknown", src.dir, cliRun(t, nil, "export", "nope", "-o", out, "--db", src.path))
+	cliGolden(t, "export-usage", src.dir, cliRun(t, nil, "export", "wf-alpha", "--db", src.path))
+	cliGolden(t, "export-usage-compression", src.dir, cliRun(t, nil, "export", "wf-alpha", "-o", out, "--compression", "lz4", "--db", src.path))
+	res := cliRunTTY(t, "stdout", "export", "wf-beta", "-o", "-", "--db", src.path)
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "not writing a binary archive to a terminal")
+}

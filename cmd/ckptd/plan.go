@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/ckptd/ckptd/resume"
+	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/store"
+)
+
+const planUsage = `usage: ckptd plan WORKFLOW [flags]
+
+Answers what resume/plan would: the checkpoint a resume starts from, the step to start at, and
+every problem found (corrupt checkpoints, a checkpoint format newer than this ckptd, a changed
+workflow hash, a failure that is not retryable, a completed workflow). Exits 1 when a problem
+blocks the resume (resume/plan would answer -32005 unless called with force: true).
+
+examples:
+  ckptd plan wf-1
+  ckptd plan wf-1 --namespace sub --workflow-hash sha256:ab12
+  ckptd plan wf-1 --checkpoint c-7 --json
+`
+
+func runPlan(ctx context.Context, e *env, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(e, "plan", planUsage)
+	registerDBFlags(fs, &g)
+	asJSON := fs.Bool("json", false, "print JSON")
+	var req resume.Request
+	fs.StringVar(&req.Namespace, "namespace", "", "plan from the latest checkpoint of this `namespace`")
+	fs.StringVar(&req.WorkflowHash, "workflow-hash", "", "your current workflow `hash`, compared with the checkpoint's")
+	fs.StringVar(&req.CheckpointID, "checkpoint", "", "plan from this checkpoint `id` instead of the latest")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0:
+		return usageError{"missing WORKFLOW"}
+	case len(pos) > 1:
+		return usageError{fmt.Sprintf("unexpected argument %q (plan takes one WORKFLOW)", pos[1])}
+	case req.CheckpointID != "" && isSet(fs, "namespace"):
+		return usageError{"--checkpoint and --namespace exclude each other"}
+	}
+	req.WorkflowID = pos[0]
+	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+		gathered, err := resume.Gather(ctx, st, req)
+		var ww *resume.WrongWorkflowError
+		switch {
+		case errors.As(err, &ww):
+			return usageError{ww.Error()}
+		case errors.Is(err, store.ErrNotFound) && req.CheckpointID == "":
+			msg := fmt.Sprintf("workflow %s has no checkpoints", req.WorkflowID)
+			if req.Namespace != "" {
+				msg = fmt.Sprintf("workflow %s has no checkpoints in namespace %q", req.WorkflowID, req.Namespace)
+			}
+			return errors.New(msg)
+		case err != nil:
+			return err
+		}
+		plan, problems, warnings := resume.Decide(gathered.Input)
+		r := newPlanReport(req, gathered, plan, problems, warnings)
+		if *asJSON {
+			err = printJSON(e.stdout, r)
+		} else {
+			err = r.text(e.stdout)
+		}
+		if err != nil {
+			return err
+		}
+		if !r.OK {
+			return errProblemFound
+		}
+		return nil
+	})
+}
+
+type planCheckpoint struct {
+	CheckpointID   string `json:"checkpointId"`
+	Namespace      string `json:"namespace"`
+	Seq            int64  `json:"seq"`
+	Phase          string `json:"phase"`
+	Step           int64  `json:"step"`
+	StepName       string `json:"stepName"`
+	CompletedTasks int    `json:"completedTaskCount"`
+	PendingTasks   int    `json:"pendingTaskCount"`
+}
+
+type planReport struct {
+	WorkflowID    string           `json:"workflowId"`
+	OK            bool             `json:"ok"` // no problem blocks the resume
+	Checkpoint    *planCheckpoint  `json:"checkpoint"`
+	Plan          *resume.Plan     `json:"plan"`
+	Problems      []resume.Problem `json:"problems"`
+	Warnings      []resume.Problem `json:"warnings"`
+	RecoveredFrom []rpc.Recovered  `json:"recoveredFrom,omitempty"`
+}
+
+func newPlanReport(req resume.Request, g resume.Gathered, plan resume.Plan, problems, warnings []resume.Problem) planReport {
+	r := planReport{
+		WorkflowID: req.WorkflowID,
+		OK:         len(problems) == 0 && g.Checkpoint != nil,
+		Problems:   problems,
+		Warnings:   warnings,
+	}
+	if r.Problems == nil {
+		r.Problems = []resume.Problem{}
+	}
+	if r.Warnings == nil {
+		r.Warnings = []resume.Problem{}
+	}
+	if cp := g.Checkpoint; cp != nil {
+		r.Checkpoint = &planCheckpoint{CheckpointID: cp.CheckpointID, Namespace: cp.Namespace, Seq: cp.Seq,
+			Phase: string(cp.Phase), Step: cp.Step, StepName: cp.StepName,
+			CompletedTasks: cp.CompletedTaskCount, PendingTasks: cp.PendingTaskCount}
+		r.Plan = &plan
+		for _, rec := range cp.RecoveredFrom {
+			r.RecoveredFrom = append(r.RecoveredFrom, rpc.Recovered{CheckpointID: rec.CheckpointID, Reason: rec.Reason})
+		}
+	}
+	return r
+}
+
+func (r planReport) text(w io.Writer) error {
+	tw := newTable(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("workflow", r.WorkflowID)
+	if cp := r.Checkpoint; cp != nil {
+		row("namespace", orDash(cp.Namespace))
+		step := fmt.Sprintf("step %d", cp.Step)
+		if cp.StepName != "" {
+			step += fmt.Sprintf(" %q", cp.StepName)
+		}
+		row("checkpoint", fmt.Sprintf("%s (seq %d, %s, %s)", cp.CheckpointID, cp.Seq, step, cp.Phase))
+		for _, rec := range r.RecoveredFrom {
+			row("skipped", fmt.Sprintf("%s: corrupt (%s)", rec.CheckpointID, rec.Reason))
+		}
+		resumeAt := fmt.Sprintf("start at step %d", r.Plan.StartStep)
+		if r.Plan.Retry {
+			resumeAt = fmt.Sprintf("retry step %d", r.Plan.StartStep)
+		}
+		row("resume", resumeAt)
+		row("reason", r.Plan.Reason)
+		row("tasks", fmt.Sprintf("%d completed, %d pending", cp.CompletedTasks, cp.PendingTasks))
+	} else {
+		row("checkpoint", "none intact")
+		row("resume", "-")
+	}
+	if len(r.Problems) == 0 {
+		row("problems", "none")
+	}
+	if len(r.Warnings) == 0 {
+		row("warnings", "none")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	list := func(title string, ps []resume.Problem) error {
+		if len(ps) == 0 {
+			return nil
+		}
+		fmt.Fprintf(w, "\n%s:\n", title)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "  CODE\tCHECKPOINT\tMESSAGE")
+		for _, p := range ps {
+			msg := p.Message
+			if p.Expected != "" || p.Actual != "" {
+				msg += fmt.Sprintf(" (expected %s, got %s)", orDash(p.Expected), orDash(p.Actual))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", p.Code, orDash(p.CheckpointID), msg)
+		}
+		return tw.Flush()
+	}
+	blocked := fmt.Sprintf("%s, resume blocked", plural(len(r.Problems), "problem", "problems"))
+	if err := list(blocked, r.Problems); err != nil {
+		return err
+	}
+	return list(plural(len(r.Warnings), "warning", "warnings"), r.Warnings)
+}

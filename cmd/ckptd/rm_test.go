@@ -1,0 +1,22 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestCLIRm(t *testing.T) {
+	db := standardFixture(t)
+	cliGolden(t, "rm", db.dir, cliRun(t, nil, "rm", "a-1", "nope", "s-1", "--db", db.path))
+	assert.Equal(t, []string{"a-3", "a-2"}, cliIDs(t, db, "wf-alpha"))
+	// the state a-1 shared with a-2 is still there
+	res := cliRun(t, nil, "show", "a-2", "--db", db.path)
+	assert.Equal(t, exitOK, res.code, res.stdout)
+	cliGolden(t, "rm-workflow", db.dir, cliRun(t, nil, "rm", "--workflow", "wf-beta", "--db", db.path))
+	cliGolden(t, "rm-workflow-unknown", db.dir, cliRun(t, nil, "rm", "--workflow", "wf-beta", "--db", db.path))
+	cliGolden(t, "rm-usage", db.dir, cliRun(t, nil, "rm", "--db", db.path))
+	cliGolden(t, "rm-usage-both", db.dir, cliRun(t, nil, "rm", "a-2", "--workflow", "wf-alpha", "--db", db.path))
+	res = cliRun(t, nil, "ls", "--db", db.path)
+	assert.NotContains(t, res.stdout, "wf-beta")
+}

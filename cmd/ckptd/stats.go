@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/store"
+)
+
+const statsUsage = `usage: ckptd stats [flags]
+
+Describes the database as a whole: file and WAL sizes, free pages, workflows, checkpoints,
+distinct states and their size as saved and as stored (after deduplication and compression),
+and the largest workflows. --json prints the "db" object of the stats RPC plus these.
+
+examples:
+  ckptd stats
+  ckptd stats --top 3 --json
+`
+
+type statsWorkflow struct {
+	WorkflowID  string `json:"workflowId"`
+	Count       int    `json:"count"`
+	StoredBytes int64  `json:"storedBytes"`
+	UpdatedAt   string `json:"updatedAt"`
+	Resumable   bool   `json:"resumable"`
+
+	updated time.Time
+}
+
+type statsReport struct {
+	DB                 rpc.DBStats     `json:"db"`
+	FreeBytes          int64           `json:"freeBytes"`
+	StateBytes         int64           `json:"stateBytes"` // every checkpoint's state as saved, before dedup and compression
+	ResumableWorkflows int             `json:"resumableWorkflows"`
+	CompletedWorkflows int             `json:"completedWorkflows"`
+	LargestWorkflows   []statsWorkflow `json:"largestWorkflows"`
+}
+
+func runStats(ctx context.Context, e *env, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(e, "stats", statsUsage)
+	registerDBFlags(fs, &g)
+	asJSON := fs.Bool("json", false, "print JSON")
+	top := fs.Int("top", 10, "list the `n` largest workflows (0: none)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	if *top < 0 {
+		return usageError{"--top must be >= 0"}
+	}
+	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+		db, err := st.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		u, err := st.Usage(ctx)
+		if err != nil {
+			return err
+		}
+		ws, err := st.Workflows(ctx, false)
+		if err != nil {
+			return err
+		}
+		sort.SliceStable(ws, func(i, j int) bool {
+			if ws[i].StoredBytes != ws[j].StoredBytes {
+				return ws[i].StoredBytes > ws[j].StoredBytes
+			}
+			return ws[i].WorkflowID < ws[j].WorkflowID
+		})
+		rep := statsReport{
+			DB: rpc.DBStats{Path: db.Path, SizeBytes: db.SizeBytes, WALBytes: db.WALBytes, Workflows: db.Workflows,
+				Checkpoints: db.Checkpoints, States: db.States, StatesStoredBytes: db.StatesStoredBytes},
+			FreeBytes:          u.FreePages * u.PageSize,
+			StateBytes:         u.StateBytes,
+			ResumableWorkflows: u.ResumableWorkflow,
+			CompletedWorkflows: u.CompletedWorkflow,
+			LargestWorkflows:   []statsWorkflow{},
+		}
+		for _, w := range ws[:min(*top, len(ws))] {
+			rep.LargestWorkflows = append(rep.LargestWorkflows, statsWorkflow{WorkflowID: w.WorkflowID, Count: w.Count,
+				StoredBytes: w.StoredBytes, UpdatedAt: timestamp(w.UpdatedAt), Resumable: w.Resumable, updated: w.UpdatedAt})
+		}
+		if *asJSON {
+			return printJSON(e.stdout, rep)
+		}
+		return rep.text(e)
+	})
+}
+
+func (r statsReport) text(e *env) error {
+	tw := newTable(e.stdout)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("database", r.DB.Path)
+	row("file", fmt.Sprintf("%s (WAL %s, %s free)", fmtBytes(r.DB.SizeBytes), fmtBytes(r.DB.WALBytes), fmtBytes(r.FreeBytes)))
+	row("workflows", fmt.Sprintf("%d (%d resumable, %d completed)", r.DB.Workflows, r.ResumableWorkflows, r.CompletedWorkflows))
+	row("checkpoints", fmt.Sprint(r.DB.Checkpoints))
+	states := fmt.Sprintf("%d distinct, %s as saved, %s stored", r.DB.States, fmtBytes(r.StateBytes), fmtBytes(r.DB.StatesStoredBytes))
+	if r.StateBytes > 0 {
+		states += fmt.Sprintf(" (%.0f%% saved by dedup and compression)",
+			100*(1-float64(r.DB.StatesStoredBytes)/float64(r.StateBytes)))
+	}
+	row("states", states)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.LargestWorkflows) == 0 {
+		return nil
+	}
+	fmt.Fprintln(e.stdout, "\nlargest workflows:")
+	tw = newTable(e.stdout)
+	fmt.Fprintln(tw, "  WORKFLOW\tCHECKPOINTS\tSTORED\tUPDATED")
+	for _, w := range r.LargestWorkflows {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", w.WorkflowID, w.Count, fmtBytes(w.StoredBytes), fmtTime(w.updated))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,265 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckptd/ckptd/framing"
+	"github.com/ckptd/ckptd/store"
+)
+
+// lgConn is a Server on pipes, spoken to with raw frames.
+type lgConn struct {
+	t    *testing.T
+	in   *io.PipeWriter
+	r    *framing.Reader
+	id   int
+	done chan struct{}
+}
+
+func newLGConn(t *testing.T) *lgConn {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "lg.db"),
+		DefaultRetention: store.Retention{KeepLast: 2}})
+	require.NoError(t, err)
+	srv := New(st, Options{Version: "test", Durability: "full", DefaultRetention: store.Retention{KeepLast: 2}})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &lgConn{t: t, in: inW, r: framing.NewReader(outR, framing.Limits{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		_ = srv.Serve(context.Background(), inR, outW)
+		_ = outW.Close()
+	}()
+	t.Cleanup(func() {
+		_ = inW.Close()
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			t.Error("server did not stop")
+		}
+		require.NoError(t, st.Close())
+	})
+	return c
+}
+
+type lgReply struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+	att    []byte
+	hasAtt bool
+}
+
+func (c *lgConn) call(method string, params any, att []byte) lgReply {
+	c.t.Helper()
+	c.id++
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.id, "method": method, "params": params})
+	require.NoError(c.t, err)
+	_, err = c.in.Write(framing.AppendFrame(nil, body, att, att != nil))
+	require.NoError(c.t, err)
+	f, err := c.r.Next()
+	require.NoError(c.t, err)
+	var r lgReply
+	require.NoError(c.t, json.Unmarshal(f.Body, &r))
+	r.att, r.hasAtt = f.Attachment, f.HasAttachment
+	return r
+}
+
+func (c *lgConn) ok(method string, params any, att []byte, out any) []byte {
+	c.t.Helper()
+	r := c.call(method, params, att)
+	require.Nil(c.t, r.Error, "%s: %+v", method, r.Error)
+	if out != nil {
+		require.NoError(c.t, json.Unmarshal(r.Result, out))
+	}
+	return r.att
+}
+
+func (c *lgConn) fail(method string, params any, att []byte, code int, field string) {
+	c.t.Helper()
+	r := c.call(method, params, att)
+	require.NotNil(c.t, r.Error, "%s should fail", method)
+	require.Equal(c.t, code, r.Error.Code, r.Error.Message)
+	if field != "" {
+		var d struct{ Field string }
+		require.NoError(c.t, json.Unmarshal(r.Error.Data, &d))
+		require.Equal(c.t, field, d.Field, r.Error.Message)
+	}
+}
+
+func seg(att []byte, s LGSegment) string { return string(att[s.Offset : s.Offset+s.Length]) }
+
+func TestLGProtocolRoundTrip(t *testing.T) {
+	c := newLGConn(t)
+	// checkpoint 1: three channels; the attachment holds the segments in any order
+	att := []byte("CKPT1|big-value|small|")
+	put1 := map[string]any{
+		"threadId": "t-1", "checkpointId": "1f0-a",
+		"checkpoint":      map[string]any{"type": "msgpack", "offset": 0, "length": 5},
+		"channelVersions": map[string]any{"messages": "0001.5", "step": 1, "e": 1},
+		"metadata":        map[string]any{"source": "input", "step": -1, "run_id": "r1"},
+		"blobs": []map[string]any{
+			{"channel": "step", "version": 1, "type": "json", "offset": 16, "length": 5},
+			{"channel": "messages", "version": "0001.5", "type": "msgpack", "offset": 6, "length": 9},
+			{"channel": "e", "version": 1, "type": "empty", "offset": 0, "length": 0},
+		},
+	}
+	var pr LGPutResult
+	c.ok(MethodLGPut, put1, att, &pr)
+	require.Equal(t, LGPutResult{ThreadID: "t-1", CheckpointID: "1f0-a", BlobsStored: 3}, pr)
+
+	// checkpoint 2 changes only step; no attachment needed for an all-empty put
+	put2 := map[string]any{
+		"threadId": "t-1", "checkpointId": "1f0-b", "parentId": "1f0-a",
+		"checkpoint":      map[string]any{"type": "msgpack", "offset": 0, "length": 5},
+		"channelVersions": map[string]any{"messages": "0001.5", "step": 2, "e": 1},
+		"metadata":        map[string]any{"source": "loop", "step": 0, "run_id": "r1"},
+		"blobs":           []map[string]any{{"channel": "step", "version": 2, "type": "json", "offset": 5, "length": 1}},
+	}
+	c.ok(MethodLGPut, put2, []byte("CKPT27"), nil)
+	var wr WritesPutResult
+	c.ok(MethodLGPutWrites, map[string]any{"threadId": "t-1", "checkpointId": "1f0-b", "taskId": "task", "taskPath": "~pull, n",
+		"writes": []map[string]any{{"channel": "messages", "type": "json", "offset": 0, "length": 4},
+			{"channel": "__interrupt__", "idx": -3, "type": "json", "offset": 4, "length": 2}}}, []byte(`"hi"{}`), &wr)
+	require.Equal(t, 2, wr.Stored)
+
+	var gr LGGetResult
+	ga := c.ok(MethodLGGet, map[string]any{"threadId": "t-1"}, nil, &gr)
+	require.NotNil(t, gr.Tuple)
+	tu := gr.Tuple
+	require.Equal(t, "1f0-b", tu.CheckpointID)
+	require.Equal(t, "1f0-a", *tu.ParentID)
+	require.Equal(t, "CKPT2", seg(ga, tu.Checkpoint))
+	require.JSONEq(t, `{"messages":"0001.5","step":2,"e":1}`, string(tu.ChannelVersions))
+	require.Len(t, tu.Blobs, 2) // e is empty
+	require.Equal(t, "messages", tu.Blobs[0].Channel)
+	require.Equal(t, `"0001.5"`, string(tu.Blobs[0].Version))
+	require.Equal(t, "big-value", seg(ga, tu.Blobs[0].LGSegment))
+	require.Equal(t, "7", seg(ga, tu.Blobs[1].LGSegment))
+	require.Equal(t, `2`, string(tu.Blobs[1].Version))
+	require.Len(t, tu.Writes, 2)
+	require.Equal(t, "__interrupt__", tu.Writes[0].Channel) // idx -3 before 0
+	require.Equal(t, "{}", seg(ga, tu.Writes[0].LGSegment))
+	require.Equal(t, `"hi"`, seg(ga, tu.Writes[1].LGSegment))
+
+	// a missing checkpoint is a null tuple, not an error
+	r := c.call(MethodLGGet, map[string]any{"threadId": "t-1", "checkpointId": "nope"}, nil)
+	require.Nil(t, r.Error)
+	require.JSONEq(t, `{"tuple":null}`, string(r.Result))
+
+	// list: the shared messages blob is sent once
+	var lr LGListResult
+	la := c.ok(MethodLGList, map[string]any{"threadId": "t-1", "namespace": ""}, nil, &lr)
+	require.Len(t, lr.Tuples, 2)
+	require.Equal(t, lr.Tuples[0].Blobs[0].Offset, lr.Tuples[1].Blobs[0].Offset)
+	require.Equal(t, strings.Count(string(la), "big-value"), 1)
+	c.ok(MethodLGList, map[string]any{"metadata": map[string]any{"source": "input"}}, nil, &lr)
+	require.Len(t, lr.Tuples, 1)
+	c.ok(MethodLGList, map[string]any{"before": "1f0-b", "limit": 5}, nil, &lr)
+	require.Len(t, lr.Tuples, 1)
+	require.Equal(t, "1f0-a", lr.Tuples[0].CheckpointID)
+
+	// retention (--keep-last 2) never touches LangGraph checkpoints
+	for i := 0; i < 3; i++ {
+		c.ok(MethodLGPut, map[string]any{"threadId": "t-1", "checkpointId": "1f1-" + string(rune('a'+i)),
+			"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2}, "channelVersions": map[string]any{}}, []byte("{}"), nil)
+	}
+	c.ok(MethodLGList, map[string]any{"threadId": "t-1"}, nil, &lr)
+	require.Len(t, lr.Tuples, 5)
+
+	// channel history
+	var hr LGChannelHistoryResult
+	ha := c.ok(MethodLGChannelHistory, map[string]any{"threadId": "t-1", "checkpointId": "1f1-a", "channels": []string{"messages", "x"}}, nil, &hr)
+	require.Empty(t, hr.Channels["messages"].Writes) // 1f1-a has no parent
+	c.ok(MethodLGPut, map[string]any{"threadId": "t-1", "checkpointId": "1f2", "parentId": "1f0-b",
+		"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2}, "channelVersions": map[string]any{"messages": "0002.1"},
+		"blobs": []map[string]any{{"channel": "messages", "version": "0002.1", "type": "empty", "length": 0}}}, []byte("{}"), nil)
+	ha = c.ok(MethodLGChannelHistory, map[string]any{"threadId": "t-1", "checkpointId": "1f2", "channels": []string{"messages"}}, nil, &hr)
+	h := hr.Channels["messages"]
+	require.Len(t, h.Writes, 1)
+	require.Equal(t, `"hi"`, seg(ha, h.Writes[0].LGSegment))
+	require.NotNil(t, h.Seed)
+	require.Equal(t, "big-value", seg(ha, h.Seed.LGSegment))
+	require.Equal(t, []string{"1f0-b"}, hr.Visited)
+
+	// copy, delete for runs, prune, delete
+	var cr ThreadCopyResult
+	c.ok(MethodThreadCopy, map[string]any{"sourceThreadId": "t-1", "targetThreadId": "t-2"}, nil, &cr)
+	require.Equal(t, 6, cr.Copied)
+	var dr DeleteResult
+	c.ok(MethodLGDeleteForRuns, map[string]any{"runIds": []string{"r1"}}, nil, &dr)
+	require.Equal(t, 4, dr.Deleted) // 1f0-a, 1f0-b in both threads
+	c.ok(MethodThreadPrune, map[string]any{"threadIds": []string{"t-1"}}, nil, &dr)
+	require.Equal(t, 3, dr.Deleted)
+	c.ok(MethodLGList, map[string]any{"threadId": "t-1"}, nil, &lr)
+	require.Equal(t, "1f2", lr.Tuples[0].CheckpointID)
+	c.ok(MethodThreadDelete, map[string]any{"threadId": "t-2"}, nil, &dr)
+	require.Equal(t, 4, dr.Deleted)
+	c.ok(MethodLGList, map[string]any{"threadId": "t-2"}, nil, &lr)
+	require.Empty(t, lr.Tuples)
+}
+
+func TestLGProtocolErrors(t *testing.T) {
+	c := newLGConn(t)
+	good := func() map[string]any {
+		return map[string]any{"threadId": "t", "checkpointId": "c", "checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2},
+			"channelVersions": map[string]any{}}
+	}
+	with := func(k string, v any) map[string]any {
+		p := good()
+		if v == nil {
+			delete(p, k)
+		} else {
+			p[k] = v
+		}
+		return p
+	}
+	att := []byte("{}")
+	c.fail(MethodLGPut, with("threadId", nil), att, CodeInvalidParams, "threadId")
+	c.fail(MethodLGPut, with("checkpointId", nil), att, CodeInvalidParams, "checkpointId")
+	c.fail(MethodLGPut, with("checkpoint", nil), att, CodeInvalidParams, "checkpoint")
+	c.fail(MethodLGPut, with("checkpoint", map[string]any{"offset": 0, "length": 2}), att, CodeInvalidParams, "checkpoint.type")
+	c.fail(MethodLGPut, with("checkpoint", map[string]any{"type": "json", "offset": 1, "length": 2}), att, CodeInvalidParams, "checkpoint.length")
+	c.fail(MethodLGPut, with("checkpoint", map[string]any{"type": "json", "offset": -1, "length": 1}), att, CodeInvalidParams, "checkpoint.offset")
+	c.fail(MethodLGPut, good(), nil, CodeInvalidParams, "checkpoint.length")
+	c.fail(MethodLGPut, with("channelVersions", nil), att, CodeInvalidParams, "channelVersions")
+	c.fail(MethodLGPut, with("channelVersions", map[string]any{"a": true}), att, CodeInvalidParams, "channelVersions")
+	c.fail(MethodLGPut, with("metadata", []int{1}), att, CodeInvalidParams, "metadata")
+	c.fail(MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": []int{1}, "type": "json", "length": 0}}), att, CodeInvalidParams, "blobs[0].version")
+	c.fail(MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": 1, "type": "json", "offset": 1, "length": 5}}), att, CodeInvalidParams, "blobs[0].length")
+	c.fail(MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": 1, "type": "empty", "offset": 0, "length": 1}}), att, CodeInvalidParams, "blobs[0].length")
+	c.fail(MethodLGPutWrites, map[string]any{"threadId": "t", "checkpointId": "c", "taskId": "k"}, nil, CodeInvalidParams, "writes")
+	c.fail(MethodLGPutWrites, map[string]any{"threadId": "t", "checkpointId": "c", "writes": []any{}}, nil, CodeInvalidParams, "taskId")
+	c.fail(MethodLGList, map[string]any{"limit": 0}, nil, CodeInvalidParams, "limit")
+	c.fail(MethodLGList, map[string]any{"cursor": "%%%"}, nil, CodeInvalidParams, "cursor")
+	c.fail(MethodLGChannelHistory, map[string]any{"threadId": "t"}, nil, CodeInvalidParams, "channels")
+	c.fail(MethodThreadCopy, map[string]any{"sourceThreadId": "t", "targetThreadId": "t"}, nil, CodeInvalidParams, "targetThreadId")
+	c.fail(MethodThreadPrune, map[string]any{"threadIds": []string{"t"}, "strategy": "all"}, nil, CodeInvalidParams, "strategy")
+	c.fail(MethodLGDeleteForRuns, map[string]any{}, nil, CodeInvalidParams, "runIds")
+	// the connection is still fine
+	c.ok(MethodLGPut, good(), att, nil)
+	var gr LGGetResult
+	c.ok(MethodLGGet, map[string]any{"threadId": "t"}, nil, &gr)
+	require.Equal(t, "c", gr.Tuple.CheckpointID)
+	// a large put: segments of a multi-megabyte attachment
+	big := bytes.Repeat([]byte("abcdefgh"), 1<<19)
+	p := good()
+	p["checkpointId"] = "d"
+	p["channelVersions"] = map[string]any{"big": 1}
+	p["blobs"] = []map[string]any{{"channel": "big", "version": 1, "type": "bytes", "offset": 2, "length": len(big)}}
+	c.ok(MethodLGPut, p, append([]byte("{}"), big...), nil)
+	a := c.ok(MethodLGGet, map[string]any{"threadId": "t"}, nil, &gr)
+	require.Equal(t, big, []byte(seg(a, gr.Tuple.Blobs[0].LGSegment)))
+}

@@ -1,0 +1,382 @@
+package store
+
+// Export and Import move a workflow between databases with its checkpoint ids, seqs, creation
+// times and SHA-256s intact. The archive file format itself lives in cmd/ckptd (docs/archive.md).
+// Additive: the save path is untouched; Import reuses prepare() so imported checkpoints get the
+// same validation, compression, metadata index rows and idempotency digest as saved ones.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+)
+
+// WorkflowRecord is a workflow's own row: what Export reports and Import recreates.
+type WorkflowRecord struct {
+	WorkflowID  string
+	Retention   *Retention      // nil: none configured (the server default applies)
+	Config      json.RawMessage // nil: none
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	CompletedAt time.Time // zero: not completed
+}
+
+// Export reads workflowID from one consistent snapshot: it calls begin with the workflow's
+// record and its number of checkpoints, then each with every checkpoint in seq order, verified
+// and complete (state, task lists, pending writes). Only one checkpoint is in memory at a time.
+// A checkpoint that fails verification stops the export with its *CorruptError; an unknown
+// workflow gives ErrNotFound. Nothing is retried once begin was called.
+func (s *Store) Export(ctx context.Context, workflowID string, begin func(WorkflowRecord, int) error, each func(Checkpoint) error) error {
+	var tx *sql.Tx
+	err := s.retry(ctx, func() error {
+		var err error
+		tx, err = s.rdb.BeginTx(ctx, nil)
+		return err
+	})
+	if err != nil {
+		return wrapDB(fmt.Sprintf("export workflow %q", workflowID), err)
+	}
+	defer func() { _ = tx.Rollback() }()
+
+	rec := WorkflowRecord{WorkflowID: workflowID}
+	var created, updated int64
+	var completed sql.NullInt64
+	var ret, cfg sql.NullString
+	err = tx.QueryRowContext(ctx, `SELECT created_at, updated_at, completed_at, retention, config FROM workflows
+		WHERE workflow_id = ?`, workflowID).Scan(&created, &updated, &completed, &ret, &cfg)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("workflow %q: %w", workflowID, ErrNotFound)
+	}
+	if err != nil {
+		return wrapDB(fmt.Sprintf("export workflow %q", workflowID), err)
+	}
+	rec.CreatedAt = time.UnixMicro(created).UTC()
+	rec.UpdatedAt = time.UnixMicro(updated).UTC()
+	if completed.Valid {
+		rec.CompletedAt = time.UnixMicro(completed.Int64).UTC()
+	}
+	if ret.Valid {
+		var r Retention
+		if err := json.Unmarshal([]byte(ret.String), &r); err != nil {
+			return fmt.Errorf("export workflow %q: stored retention does not decode: %w", workflowID, err)
+		}
+		rec.Retention = &r
+	}
+	if cfg.Valid && cfg.String != "" {
+		rec.Config = json.RawMessage(cfg.String)
+	}
+
+	var refs []ckRef
+	rows, err := tx.QueryContext(ctx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? ORDER BY seq`, workflowID)
+	if err != nil {
+		return wrapDB(fmt.Sprintf("export workflow %q", workflowID), err)
+	}
+	for rows.Next() {
+		var r ckRef
+		if err := rows.Scan(&r.rowid, &r.id); err != nil {
+			rows.Close()
+			return wrapDB(fmt.Sprintf("export workflow %q", workflowID), err)
+		}
+		refs = append(refs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrapDB(fmt.Sprintf("export workflow %q", workflowID), err)
+	}
+	if err := begin(rec, len(refs)); err != nil {
+		return err
+	}
+	for _, r := range refs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		cp, err := s.loadOne(ctx, tx, "c.id = ?", r.rowid)
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			ce.CheckpointID = r.id
+			return ce
+		}
+		if err != nil {
+			return wrapDB(fmt.Sprintf("export checkpoint %q", r.id), err)
+		}
+		if err := each(cp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Import outcomes.
+const (
+	ImportAdded   = "imported" // written with its original seq
+	ImportSkipped = "skipped"  // already present with identical content: left untouched
+)
+
+// ImportedCheckpoint is what happened to one imported checkpoint.
+type ImportedCheckpoint struct {
+	CheckpointID string
+	Status       string // ImportAdded or ImportSkipped
+	OriginalSeq  int64  // seq in the source
+	Seq          int64  // seq in this database (differs when renumbered, or when skipped after an earlier renumbering)
+}
+
+// ImportResult reports an Import.
+type ImportResult struct {
+	WorkflowID      string
+	CreatedWorkflow bool // the workflow did not exist here before
+	Checkpoints     []ImportedCheckpoint
+	Imported        int
+	Skipped         int
+	Renumbered      int // imported with a new seq because the original was not after every existing one
+	DryRun          bool
+}
+
+// ImportOptions tune Import.
+type ImportOptions struct {
+	DryRun bool // do everything, report, then roll back
+}
+
+var errImportDryRun = errors.New("import dry run")
+
+// Import writes a workflow's checkpoints, as Export produced them, in ONE transaction: if cps
+// yields an error, a checkpoint is invalid or conflicts, or ctx ends, nothing is written.
+//
+//   - cps yields checkpoints in strictly increasing Seq order; each keeps its CheckpointID,
+//     CreatedAt, FormatVersion and state. A state whose SHA-256 or size differs from the
+//     checkpoint's SHA256 / SizeBytes is refused as corrupt.
+//   - A checkpoint whose id already exists with identical content (same workflow, same
+//     idempotency digest as a repeated checkpoint/save) is skipped: importing twice is a no-op.
+//     The same id with different content, or in another workflow, is an ErrConflict.
+//   - A new checkpoint keeps its seq when that seq is greater than every seq the workflow
+//     already has here; otherwise it gets the next free seq (renumbered), so relative order is
+//     kept and imported checkpoints never interleave with existing ones.
+//   - A workflow that does not exist here is created with the record's retention, config,
+//     creation and completion times; an existing workflow keeps its own. updatedAt becomes the
+//     import time when anything was imported (idle expiry starts over). Retention does not run.
+func (s *Store) Import(ctx context.Context, wf WorkflowRecord, cps iter.Seq2[Checkpoint, error], opts ImportOptions) (ImportResult, error) {
+	if wf.WorkflowID == "" {
+		return ImportResult{}, invalid("workflowId", "required")
+	}
+	if len(wf.WorkflowID) > maxWorkflowIDBytes {
+		return ImportResult{}, invalid("workflowId", "longer than %d bytes", maxWorkflowIDBytes)
+	}
+	if wf.Retention != nil {
+		if err := wf.Retention.validate(); err != nil {
+			return ImportResult{}, err
+		}
+	}
+	callerCtx := ctx
+	var res ImportResult
+	err := s.do(ctx, func(ctx context.Context, w *wtx) error {
+		res = ImportResult{WorkflowID: wf.WorkflowID, DryRun: opts.DryRun}
+		return s.importTx(callerCtx, ctx, w, wf, cps, &res, opts)
+	})
+	if errors.Is(err, errImportDryRun) {
+		return res, nil
+	}
+	if err != nil {
+		var ie *InvalidError
+		var ce *CorruptError
+		if errors.As(err, &ie) || errors.As(err, &ce) || errors.Is(err, ErrConflict) || errors.Is(err, ErrTooLarge) {
+			return ImportResult{}, fmt.Errorf("import workflow %q: %w", wf.WorkflowID, err)
+		}
+		return ImportResult{}, wrapDB(fmt.Sprintf("import workflow %q", wf.WorkflowID), err)
+	}
+	return res, nil
+}
+
+func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf WorkflowRecord, cps iter.Seq2[Checkpoint, error],
+	res *ImportResult, opts ImportOptions) error {
+	if s.ws == nil {
+		return fmt.Errorf("database schema is older than this ckptd writes")
+	}
+	now := s.now()
+	var nextSeq int64
+	err := w.queryRow(ctx, `SELECT next_seq FROM workflows WHERE workflow_id = ?`, wf.WorkflowID).Scan(&nextSeq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		res.CreatedWorkflow = true
+		var ret, cfg, completed any
+		if wf.Retention != nil {
+			b, err := json.Marshal(wf.Retention)
+			if err != nil {
+				return err
+			}
+			ret = string(b)
+		}
+		if len(wf.Config) > 0 {
+			cfg = string(wf.Config)
+		}
+		if !wf.CompletedAt.IsZero() {
+			completed = wf.CompletedAt.UnixMicro()
+		}
+		created := wf.CreatedAt
+		if created.IsZero() {
+			created = now
+		}
+		if _, err := w.exec(ctx, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at, completed_at,
+			retention, config) VALUES (?, 1, ?, ?, ?, ?, ?)`, wf.WorkflowID, created.UnixMicro(), now.UnixMicro(),
+			completed, ret, cfg); err != nil {
+			return err
+		}
+		nextSeq = 1
+	case err != nil:
+		return err
+	}
+	var maxSeq int64
+	if err := w.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM checkpoints WHERE workflow_id = ?`, wf.WorkflowID).
+		Scan(&maxSeq); err != nil {
+		return err
+	}
+
+	var lastOriginal int64
+	first := true
+	for cp, err := range cps {
+		if err != nil {
+			return err
+		}
+		if err := callerCtx.Err(); err != nil {
+			return err
+		}
+		if cp.WorkflowID != wf.WorkflowID {
+			return invalid("workflowId", "checkpoint %q belongs to workflow %q, not %q", cp.CheckpointID, cp.WorkflowID, wf.WorkflowID)
+		}
+		if cp.CheckpointID == "" {
+			return invalid("checkpointId", "required")
+		}
+		if !first && cp.Seq <= lastOriginal {
+			return invalid("seq", "checkpoint %q: seq %d does not follow %d", cp.CheckpointID, cp.Seq, lastOriginal)
+		}
+		first, lastOriginal = false, cp.Seq
+
+		sj := &saveJob{req: SaveRequest{
+			WorkflowID: cp.WorkflowID, Namespace: cp.Namespace, CheckpointID: cp.CheckpointID, ParentID: cp.ParentID,
+			Phase: cp.Phase, Step: cp.Step, StepName: cp.StepName, Error: cp.Error, State: cp.State,
+			StateType: cp.StateType, CompletedTasks: cp.CompletedTasks, PendingTasks: cp.PendingTasks,
+			WorkflowHash: cp.WorkflowHash, Metadata: cp.Metadata,
+		}}
+		if sj.req.StateType == StateNone {
+			sj.req.State = nil
+		}
+		if err := s.prepare(sj); err != nil {
+			return fmt.Errorf("checkpoint %q: %w", cp.CheckpointID, err)
+		}
+		if sj.hasState {
+			if got := hex.EncodeToString(sj.sha); got != cp.SHA256 {
+				return &CorruptError{CheckpointID: cp.CheckpointID, Reason: "state SHA-256 mismatch"}
+			}
+			if int64(len(cp.State)) != cp.SizeBytes {
+				return &CorruptError{CheckpointID: cp.CheckpointID, Reason: "state size mismatch"}
+			}
+		} else if cp.SHA256 != "" || cp.SizeBytes != 0 {
+			return &CorruptError{CheckpointID: cp.CheckpointID, Reason: "state missing"}
+		}
+
+		var exWf string
+		var exHash []byte
+		var exSeq int64
+		err := w.queryRow(ctx, `SELECT workflow_id, content_hash, seq FROM checkpoints WHERE checkpoint_id = ?`,
+			cp.CheckpointID).Scan(&exWf, &exHash, &exSeq)
+		switch {
+		case err == nil:
+			if exWf != wf.WorkflowID {
+				return fmt.Errorf("checkpoint %q already exists in workflow %q: %w", cp.CheckpointID, exWf, ErrConflict)
+			}
+			if string(exHash) != string(sj.contentHash) {
+				return fmt.Errorf("checkpoint %q already exists with different content: %w", cp.CheckpointID, ErrConflict)
+			}
+			res.Checkpoints = append(res.Checkpoints, ImportedCheckpoint{CheckpointID: cp.CheckpointID, Status: ImportSkipped,
+				OriginalSeq: cp.Seq, Seq: exSeq})
+			res.Skipped++
+			continue
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+
+		seq := cp.Seq
+		if seq <= maxSeq || seq <= 0 {
+			seq = maxSeq + 1
+			res.Renumbered++
+		}
+		maxSeq = seq
+		if err := s.importInsert(ctx, w, sj, cp, seq, now); err != nil {
+			return fmt.Errorf("checkpoint %q: %w", cp.CheckpointID, err)
+		}
+		res.Checkpoints = append(res.Checkpoints, ImportedCheckpoint{CheckpointID: cp.CheckpointID, Status: ImportAdded,
+			OriginalSeq: cp.Seq, Seq: seq})
+		res.Imported++
+	}
+	if res.Imported > 0 {
+		if _, err := w.exec(ctx, `UPDATE workflows SET next_seq = max(next_seq, ?), updated_at = ? WHERE workflow_id = ?`,
+			maxSeq+1, now.UnixMicro(), wf.WorkflowID); err != nil {
+			return err
+		}
+	}
+	if opts.DryRun {
+		return errImportDryRun
+	}
+	return nil
+}
+
+// importInsert writes one prepared checkpoint with the given seq and its original creation time.
+func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp Checkpoint, seq int64, now time.Time) error {
+	ws := s.ws
+	r := &sj.req
+	var stored int64
+	dedup := false
+	if sj.hasState {
+		err := ws.selState.QueryRowContext(ctx, sj.sha).Scan(&stored)
+		switch {
+		case err == nil:
+			dedup = true
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := ws.insState.ExecContext(ctx, sj.sha, sj.enc, len(r.State), len(sj.data), sj.data); err != nil {
+				return err
+			}
+			stored = int64(len(sj.data))
+			s.walPending.Add(stored)
+		default:
+			return err
+		}
+	}
+	created := cp.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	format := cp.FormatVersion
+	if format <= 0 {
+		format = FormatVersion
+	}
+	var rowid int64
+	if err := ws.insCkpt.QueryRowContext(ctx, sj.id, r.WorkflowID, r.Namespace, seq, nullStr(r.ParentID), string(r.Phase),
+		r.Step, nullStr(r.StepName), nullBytes(sj.errJSON), string(sj.stateType), nullBytes(sj.sha), len(r.State), stored,
+		dedup, sj.completedN, sj.pendingN, nullStr(r.WorkflowHash), created.UnixMicro(), format, sj.contentHash,
+		nullBytes(sj.metaRaw), nullBytes([]byte(r.CompletedTasks)), nullBytes([]byte(r.PendingTasks))).Scan(&rowid); err != nil {
+		return err
+	}
+	for _, kv := range sj.meta {
+		if _, err := ws.insMeta.ExecContext(ctx, kv[0], kv[1], rowid); err != nil {
+			return err
+		}
+	}
+	for _, wr := range cp.PendingWrites {
+		if wr.TaskID == "" || wr.Channel == "" {
+			return invalid("pendingWrites", "taskId and channel are required")
+		}
+		var value any
+		if wr.Value != nil {
+			value = wr.Value
+		}
+		if _, err := w.exec(ctx, `INSERT OR REPLACE INTO writes(checkpoint_id, task_id, idx, workflow_id, namespace, channel,
+			type, task_path, is_bytes, value) VALUES (?,?,?,?,?,?,?,?,?,?)`, sj.id, wr.TaskID, wr.Idx, r.WorkflowID,
+			r.Namespace, wr.Channel, nullStr(wr.Type), wr.TaskPath, wr.IsBytes, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
