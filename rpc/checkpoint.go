@@ -73,6 +73,7 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 	if p.WorkflowID == nil {
 		return store.SaveRequest{}, invalidParams("workflowId", "required")
 	}
+	c.sources = p.Sources
 	if err := requireID("workflowId", *p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return store.SaveRequest{}, err
 	}
@@ -176,6 +177,13 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
+	// Fingerprint the sources (if any) before queueing: the next mutation waits, so saves of a
+	// workflow keep their order and each one's incremental scan builds on the previous one.
+	sourcesInfo, perr := s.fingerprintForSave(ctx, c, &req)
+	if perr != nil {
+		s.metrics.failures.Add(1)
+		return reply{}, perr
+	}
 	pending := s.store.Enqueue(req)
 	c.release() // queued in order: the next mutation may go ahead
 	res, err := pending.Wait(ctx)
@@ -192,6 +200,9 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.dedup.Add(1)
 	}
 	s.metrics.save.observe(time.Since(start))
+	if res.Existing {
+		sourcesInfo = nil // an idempotent repeat: the first save's fingerprint stands
+	}
 	if !res.Existing {
 		s.notify(NotifySaved, SavedEvent{
 			CheckpointID: res.CheckpointID, WorkflowID: req.WorkflowID, Namespace: req.Namespace,
@@ -206,6 +217,7 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		StoredBytes:  res.StoredBytes,
 		SHA256:       res.SHA256,
 		Deduplicated: res.Deduplicated,
+		Sources:      sourcesInfo,
 	}}, nil
 }
 

@@ -328,6 +328,15 @@ func (c *Codec) forgetLocked(tok string) {
 	}
 }
 
+// replied counts a reply to a request as written (see writeResponse).
+func (c *Codec) replied() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open--; c.open == 0 {
+		c.idle.Broadcast()
+	}
+}
+
 // drain waits until no reply is owed, or drainTimeout.
 func (c *Codec) drain() {
 	deadline := time.Now().Add(c.drainTimeout)
@@ -554,7 +563,11 @@ func (c *Codec) writeResponse(stream io.Writer, id jsonrpc2.ID, result, errJSON 
 		c.mu.Lock()
 		p := c.pending[id.Str]
 		if p != nil && !p.notif {
-			c.forgetLocked(id.Str)
+			// Forget the token now (a second reply is refused), but count the reply as given
+			// only once it is written: drain lets ReadObject end the input, and jsonrpc2 then
+			// closes the stream, as soon as nothing is owed, which must not cut this write off.
+			delete(c.pending, id.Str)
+			defer c.replied()
 		}
 		c.mu.Unlock()
 		if p == nil || p.notif {
@@ -603,6 +616,11 @@ func (c *Codec) writeFrame(stream io.Writer, parts [][]byte, att []byte, hasAtt 
 	}
 	buf = append(buf, att...)
 	_, err := stream.Write(buf)
+	// jsonrpc2's buffered stream flushes only after WriteObject returns; flush here so that a
+	// reply counted as written (writeResponse, drain) has really left the process.
+	if f, ok := stream.(interface{ Flush() error }); ok && err == nil {
+		err = f.Flush()
+	}
 	if cap(buf) <= 64<<10 {
 		c.wbuf = buf[:0] // keep small buffers only
 	}

@@ -258,6 +258,24 @@ type packer struct {
 
 func newPacker() *packer { return &packer{seen: map[string]LGSegment{}} }
 
+// reserve sizes the attachment for ts up front (an upper bound: shared blobs counted each time).
+func (p *packer) reserve(ts ...store.LGTuple) {
+	n := 0
+	for _, t := range ts {
+		n += len(t.Checkpoint)
+		for _, b := range t.Blobs {
+			n += len(b.Data)
+		}
+		for _, w := range t.Writes {
+			n += len(w.Data)
+		}
+	}
+	if n > 64<<20 {
+		n = 64 << 20
+	}
+	p.buf = make([]byte, 0, n)
+}
+
 func (p *packer) add(typ string, b []byte) LGSegment {
 	seg := LGSegment{Type: typ, Offset: len(p.buf), Length: len(b)}
 	p.buf = append(p.buf, b...)
@@ -441,6 +459,7 @@ func (s *Server) lgGet(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	pk := newPacker()
 	var res LGGetResult
 	if t != nil {
+		pk.reserve(*t)
 		tu := pk.tuple(*t)
 		res.Tuple = &tu
 	}
@@ -466,6 +485,7 @@ func (s *Server) lgList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		return reply{}, s.lgReadError(err, p.ThreadID)
 	}
 	pk := newPacker()
+	pk.reserve(res.Tuples...)
 	out := LGListResult{Tuples: make([]LGTuple, 0, len(res.Tuples)), Cursor: res.Cursor}
 	for _, t := range res.Tuples {
 		out.Tuples = append(out.Tuples, pk.tuple(t))

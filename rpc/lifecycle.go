@@ -17,7 +17,7 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	}
 	want := map[string]bool{}
 	for i, ev := range p.Events {
-		ok := false
+		ok := ev == NotifyDriftChanged // always sent for drift/watch: accepted, nothing to opt in to
 		for _, k := range knownEvents {
 			ok = ok || k == ev
 		}
@@ -43,6 +43,7 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 			MaxStateBytes: s.opts.MaxStateBytes,
 			Durability:    s.opts.Durability,
 			Events:        knownEvents,
+			Drift:         true,
 		},
 	}}, nil
 }

@@ -24,10 +24,14 @@ const (
 	MethodWritesPut     = "writes/put"
 	MethodResumePlan    = "resume/plan"
 	MethodStats         = "stats"
+	MethodDriftStatus   = "drift/status"
+	MethodDriftWatch    = "drift/watch"
+	MethodDriftUnwatch  = "drift/unwatch"
 	methodProtocolError = "$/ckptd/protocolError"
 	NotifySaved         = "checkpoint/saved"
 	NotifyPruned        = "checkpoint/pruned"
 	NotifyCorrupted     = "checkpoint/corrupted"
+	NotifyDriftChanged  = "drift/changed" // per drift/watch, no initialize opt-in
 )
 
 // Error codes (binding).
@@ -59,6 +63,7 @@ type Capabilities struct {
 	MaxStateBytes int64    `json:"maxStateBytes"`
 	Durability    string   `json:"durability"`
 	Events        []string `json:"events"`
+	Drift         bool     `json:"drift"` // sources on save/configure, drift/status, drift/watch
 }
 
 // InitializeResult answers initialize.
@@ -94,6 +99,7 @@ type SaveParams struct {
 	PendingTasks    json.RawMessage `json:"pendingTasks"`
 	WorkflowHash    string          `json:"workflowHash"`
 	Metadata        json.RawMessage `json:"metadata"`
+	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (rpc/drift.go)
 }
 
 // SaveResult answers checkpoint/save.
@@ -105,6 +111,8 @@ type SaveResult struct {
 	StoredBytes  int64  `json:"storedBytes"`
 	SHA256       string `json:"sha256"`
 	Deduplicated bool   `json:"deduplicated"`
+	// Sources describes the source fingerprint recorded with the checkpoint, if any.
+	Sources *SourcesInfo `json:"sources,omitempty"`
 }
 
 // LoadParams are checkpoint/load's params.
@@ -217,8 +225,9 @@ type Retention struct {
 
 // ConfigureParams are workflow/configure's params.
 type ConfigureParams struct {
-	WorkflowID string     `json:"workflowId"`
-	Retention  *Retention `json:"retention"`
+	WorkflowID string          `json:"workflowId"`
+	Retention  *Retention      `json:"retention"`
+	Sources    json.RawMessage `json:"sources"` // drift.Spec fingerprinted by every save; null removes it
 }
 
 // EffectiveRetention is the policy in force, every field present.
@@ -233,6 +242,7 @@ type EffectiveRetention struct {
 type ConfigureResult struct {
 	WorkflowID string             `json:"workflowId"`
 	Retention  EffectiveRetention `json:"retention"`
+	Sources    json.RawMessage    `json:"sources,omitempty"` // the configured sources, if any
 }
 
 // CompleteParams are workflow/complete's params.
@@ -294,12 +304,13 @@ type WritesPutResult struct {
 
 // ResumePlanParams are resume/plan's params.
 type ResumePlanParams struct {
-	WorkflowID   string `json:"workflowId"`
-	Namespace    string `json:"namespace"`
-	CheckpointID string `json:"checkpointId"`
-	WorkflowHash string `json:"workflowHash"`
-	Force        bool   `json:"force"`
-	Attachment   bool   `json:"attachment"`
+	WorkflowID     string `json:"workflowId"`
+	Namespace      string `json:"namespace"`
+	CheckpointID   string `json:"checkpointId"`
+	WorkflowHash   string `json:"workflowHash"`
+	Force          bool   `json:"force"`
+	Attachment     bool   `json:"attachment"`
+	DriftAsWarning bool   `json:"driftAsWarning"`
 }
 
 // ResumePlanResult answers resume/plan.
@@ -320,6 +331,7 @@ type ResumePlanResult struct {
 	StateAttachment bool             `json:"stateAttachment,omitempty"`
 	Warnings        []resume.Problem `json:"warnings"`
 	RecoveredFrom   []Recovered      `json:"recoveredFrom,omitempty"`
+	Drift           *DriftStatus     `json:"drift,omitempty"` // when sources were recorded with the checkpoint
 }
 
 // LatencyStats summarises one operation's latency.

@@ -35,13 +35,22 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		s.reportCorrupt(p.WorkflowID, &store.CorruptError{CheckpointID: bad.CheckpointID, Reason: bad.Reason})
 	}
 	in, cp := g.Input, g.Checkpoint
+	var driftSt *DriftStatus
+	if cp != nil { // sources recorded with the checkpoint: drift is a problem (rpc/drift.go)
+		driftSt, in.Drift = s.planDrift(ctx, cp.CheckpointID)
+		in.DriftAsWarning = p.DriftAsWarning
+	}
 	plan, problems, warnings := resume.Decide(in)
 	if len(problems) > 0 && (!p.Force || cp == nil) {
 		msg := "resume validation failed: " + problems[0].Message
 		if len(problems) > 1 {
 			msg += " (and " + itoa(len(problems)-1) + " more problems)"
 		}
-		return reply{}, rpcError(CodeResumeInvalid, msg, map[string]any{"problems": problems})
+		data := map[string]any{"problems": problems}
+		if driftSt != nil {
+			data["drift"] = driftSt
+		}
+		return reply{}, rpcError(CodeResumeInvalid, msg, data)
 	}
 	warnings = append(problems, warnings...)
 	if warnings == nil {
@@ -63,6 +72,7 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		StateType:      string(cp.StateType),
 		Warnings:       warnings,
 		RecoveredFrom:  recovered(cp.RecoveredFrom),
+		Drift:          driftSt,
 	}
 	res.StateBase64, res.StateAttachment = stateReply(&r, cp.StateType, cp.State, p.Attachment)
 	r.result = res

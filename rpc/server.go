@@ -47,6 +47,8 @@ type Server struct {
 	lastDone     chan struct{} // closed once the previous mutation has finished (read-your-writes)
 	inflight     sync.WaitGroup
 	shutdownDone chan struct{}
+
+	drift driftState // manifest caches and drift watches (rpc/drift.go)
 }
 
 // kind says how a method is scheduled.
@@ -68,7 +70,8 @@ type call struct {
 	params        json.RawMessage
 	attachment    []byte
 	hasAttachment bool
-	release       func() // for mutations: lets the next mutation start
+	release       func()          // for mutations: lets the next mutation start
+	sources       json.RawMessage // checkpoint/save's sources param (rpc/drift.go)
 }
 
 // reply is a handler's answer. rawFields are spliced into the marshalled result byte-for-byte
@@ -78,6 +81,7 @@ type reply struct {
 	rawFields     []rawField
 	attachment    []byte
 	hasAttachment bool
+	after         func() // runs once the reply was sent (or could not be)
 }
 
 type rawField struct {
@@ -123,6 +127,9 @@ func New(st *store.Store, opts Options) *Server {
 		MethodWritesPut:    {kindMutation, s.writesPut},
 		MethodResumePlan:   {kindRead, s.resumePlan},
 		MethodStats:        {kindRead, s.stats},
+		MethodDriftStatus:  {kindRead, s.driftStatus},
+		MethodDriftWatch:   {kindRead, s.driftWatch},
+		MethodDriftUnwatch: {kindRead, s.driftUnwatch},
 	}
 	for name, m := range s.langGraphMethods() { // lg/*, thread/*: rpc/langgraph.go
 		s.methods[name] = m
@@ -154,6 +161,7 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 	s.closing = true
 	s.mu.Unlock()
 	s.inflight.Wait()
+	s.closeWatches()
 	s.log.Info("stopping", "reason", cause)
 	_ = conn.Close()
 	return nil
@@ -235,6 +243,9 @@ func (s *Server) safeRun(m method, c *call) (r reply, err *jsonrpc2.Error) {
 
 func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, rerr *jsonrpc2.Error) {
 	ctx := context.Background()
+	if r.after != nil {
+		defer r.after()
+	}
 	if req.Notif {
 		if rerr != nil {
 			s.log.Warn("notification failed", "method", req.Method, "error", rerr.Message)

@@ -18,6 +18,10 @@ func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return reply{}, err
 	}
+	sources, removeSources, perr := configureSources(p.Sources) // validated before anything is written
+	if perr != nil {
+		return reply{}, perr
+	}
 	var ret *store.Retention
 	if p.Retention != nil {
 		r := s.opts.DefaultRetention
@@ -48,7 +52,16 @@ func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: ConfigureResult{WorkflowID: p.WorkflowID, Retention: EffectiveRetention(eff)}}, nil
+	if sources != nil || removeSources {
+		if err := s.store.SetWorkflowSources(ctx, p.WorkflowID, sources); err != nil {
+			return reply{}, storeError(err)
+		}
+	}
+	cur, err := s.store.WorkflowSources(ctx, p.WorkflowID)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: ConfigureResult{WorkflowID: p.WorkflowID, Retention: EffectiveRetention(eff), Sources: cur}}, nil
 }
 
 func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {

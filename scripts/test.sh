@@ -13,7 +13,7 @@ export CKPTD_PATH="$root/bin/ckptd"
 
 echo "== go vet + gofmt"
 go vet ./...
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './clients/*'))
+unformatted=$(gofmt -l $(find . -name '*.go' -not -path './clients/*' -not -path './.git/*'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 
 echo "== go test -race"
@@ -26,6 +26,6 @@ fi
 
 if [ -f clients/ts/package.json ]; then
   echo "== typescript client"
-  (cd clients/ts && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm test)
+  (cd clients/ts && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && npm test)
 fi
 echo "== all tests passed"

@@ -18,6 +18,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/s2"
@@ -280,6 +281,41 @@ func checkLGIDs(thread, checkpointID string) error {
 	return nil
 }
 
+// lgStmtCache holds the writer connection's prepared statements of the LangGraph write paths, so
+// that a put does not parse its SQL again every time (reads use Store.query's cache). Closing the
+// store's databases finalizes them (database/sql tracks statements per connection).
+var lgStmtCache sync.Map // lgStmtKey -> *sql.Stmt
+
+type lgStmtKey struct {
+	conn *sql.Conn
+	q    string
+}
+
+// wstmt returns the writer connection's prepared statement for q.
+func (w *wtx) wstmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	key := lgStmtKey{w.conn, q}
+	if st, ok := lgStmtCache.Load(key); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := w.conn.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if old, loaded := lgStmtCache.LoadOrStore(key, st); loaded {
+		_ = st.Close()
+		return old.(*sql.Stmt), nil
+	}
+	return st, nil
+}
+
+func (w *wtx) lgExec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := w.wstmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
 // LGPending is an accepted LangGraph mutation; Wait returns once it is committed.
 type LGPending struct {
 	j   *job
@@ -391,28 +427,31 @@ func (s *Store) LGPut(req LGPutRequest) (pending *LGPending, blobsStored *int) {
 		*n = 0
 		r := &p.req
 		var rowid int64
-		if err := w.queryRow(ctx, `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
+		upsert, err := w.wstmt(ctx, `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
 			channel_versions, metadata, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
 			ON CONFLICT(thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
 			created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
 			type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256,
-			data = excluded.data RETURNING id`,
-			r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), p.micros, string(r.ChannelVersions),
-			p.metaRaw, r.Type, p.cp.enc, p.cp.size, p.cp.sha, p.cp.data).Scan(&rowid); err != nil {
+			data = excluded.data RETURNING id`)
+		if err != nil {
 			return err
 		}
-		if _, err := w.exec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, rowid); err != nil {
+		if err := upsert.QueryRowContext(ctx, r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), p.micros,
+			string(r.ChannelVersions), p.metaRaw, r.Type, p.cp.enc, p.cp.size, p.cp.sha, p.cp.data).Scan(&rowid); err != nil {
+			return err
+		}
+		if _, err := w.lgExec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, rowid); err != nil {
 			return err
 		}
 		for _, kv := range p.meta {
-			if _, err := w.exec(ctx, `INSERT INTO lg_meta(key, vhash, checkpoint_id, ckpt) VALUES (?,?,?,?)`,
+			if _, err := w.lgExec(ctx, `INSERT INTO lg_meta(key, vhash, checkpoint_id, ckpt) VALUES (?,?,?,?)`,
 				kv[0], kv[1], r.CheckpointID, rowid); err != nil {
 				return err
 			}
 		}
 		for i, b := range r.Blobs {
 			pb := p.blobs[i]
-			res, err := w.exec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, type, encoding, size, sha256, data)
+			res, err := w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, type, encoding, size, sha256, data)
 				VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(thread_id, namespace, channel, version) DO NOTHING`,
 				r.ThreadID, r.Namespace, b.Channel, b.Version, b.Type, pb.enc, pb.size, pb.sha, pb.data)
 			if err != nil {
@@ -458,7 +497,7 @@ func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []LGWrite) (
 				verb = "INSERT OR REPLACE"
 			}
 			p := ps[i]
-			res, err := w.exec(ctx, verb+` INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
+			res, err := w.lgExec(ctx, verb+` INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
 				channel, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 				thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.enc, p.size, p.sha, p.data)
 			if err != nil {
@@ -480,36 +519,34 @@ const lgCols = `c.id, c.thread_id, c.namespace, c.checkpoint_id, c.parent_id, c.
 
 // lgReader reads tuples inside one read transaction, fetching each blob key once.
 type lgReader struct {
-	s         *Store
-	ctx       context.Context
-	tx        *sql.Tx
-	blobStmt  *sql.Stmt
-	writeStmt *sql.Stmt
-	blobs     map[[4]string]*LGBlob // nil value: missing or empty
-	bytes     int64                 // distinct bytes read so far
+	s     *Store
+	ctx   context.Context
+	tx    *sql.Tx
+	blobs map[[4]string]*LGBlob // nil value: missing or empty
+	bytes int64                 // distinct bytes read so far
 }
 
-func (s *Store) newLGReader(ctx context.Context, tx *sql.Tx) (*lgReader, error) {
-	r := &lgReader{s: s, ctx: ctx, tx: tx, blobs: map[[4]string]*LGBlob{}}
-	var err error
-	if r.blobStmt, err = tx.PrepareContext(ctx, `SELECT type, encoding, size, sha256, data FROM lg_blobs
-		WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`); err != nil {
-		return nil, err
-	}
-	if r.writeStmt, err = tx.PrepareContext(ctx, `SELECT task_id, task_path, idx, channel, type, encoding, size, sha256, data
-		FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?`); err != nil {
-		return nil, err
-	}
-	return r, nil
+func (s *Store) newLGReader(ctx context.Context, tx *sql.Tx) *lgReader {
+	return &lgReader{s: s, ctx: ctx, tx: tx, blobs: map[[4]string]*LGBlob{}}
 }
 
-func (r *lgReader) close() {
-	if r.blobStmt != nil {
-		_ = r.blobStmt.Close()
+// row runs a one-row query through the store's prepared read statements; sql.ErrNoRows if none.
+func (r *lgReader) row(q string, args []any, dest ...any) error {
+	rows, err := r.s.query(r.ctx, r.tx, q, args...)
+	if err != nil {
+		return err
 	}
-	if r.writeStmt != nil {
-		_ = r.writeStmt.Close()
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
 	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
 }
 
 // blob returns the stored non-empty blob of a key, or nil.
@@ -521,7 +558,8 @@ func (r *lgReader) blob(thread, ns, checkpointID, channel, version string) (*LGB
 	var typ string
 	var enc, size int64
 	var sha, data []byte
-	err := r.blobStmt.QueryRowContext(r.ctx, thread, ns, channel, version).Scan(&typ, &enc, &size, &sha, &data)
+	err := r.row(`SELECT type, encoding, size, sha256, data FROM lg_blobs
+		WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`, []any{thread, ns, channel, version}, &typ, &enc, &size, &sha, &data)
 	if errors.Is(err, sql.ErrNoRows) {
 		r.blobs[key] = nil
 		return nil, nil
@@ -545,7 +583,8 @@ func (r *lgReader) blob(thread, ns, checkpointID, channel, version string) (*LGB
 
 // writes returns a checkpoint's pending writes in (task_path, task_id, idx) order.
 func (r *lgReader) writes(thread, ns, checkpointID string) ([]LGWrite, error) {
-	rows, err := r.writeStmt.QueryContext(r.ctx, thread, ns, checkpointID)
+	rows, err := r.s.query(r.ctx, r.tx, `SELECT task_id, task_path, idx, channel, type, encoding, size, sha256, data
+		FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?`, thread, ns, checkpointID)
 	if err != nil {
 		return nil, err
 	}
@@ -630,12 +669,7 @@ func (r *lgReader) fill(t *LGTuple) error {
 
 func (s *Store) lgRead(ctx context.Context, op string, f func(r *lgReader) error) error {
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		r, err := s.newLGReader(ctx, tx)
-		if err != nil {
-			return err
-		}
-		defer r.close()
-		return f(r)
+		return f(s.newLGReader(ctx, tx))
 	})
 	if err != nil {
 		var ce *CorruptError
@@ -657,18 +691,22 @@ func (s *Store) LGGet(ctx context.Context, thread, ns, checkpointID string) (*LG
 	var out *LGTuple
 	err := s.lgRead(ctx, "lg get", func(r *lgReader) error {
 		out = nil
-		var row *sql.Row
+		q, args := `SELECT `+lgCols+` FROM lg_checkpoints c INDEXED BY lg_checkpoints_key
+				WHERE c.thread_id = ? AND c.namespace = ? ORDER BY c.checkpoint_id DESC LIMIT 1`, []any{thread, ns}
 		if checkpointID != "" {
-			row = r.tx.QueryRowContext(ctx, `SELECT `+lgCols+` FROM lg_checkpoints c
-				WHERE c.thread_id = ? AND c.namespace = ? AND c.checkpoint_id = ?`, thread, ns, checkpointID)
-		} else {
-			row = r.tx.QueryRowContext(ctx, `SELECT `+lgCols+` FROM lg_checkpoints c INDEXED BY lg_checkpoints_key
-				WHERE c.thread_id = ? AND c.namespace = ? ORDER BY c.checkpoint_id DESC LIMIT 1`, thread, ns)
+			q, args = `SELECT `+lgCols+` FROM lg_checkpoints c
+				WHERE c.thread_id = ? AND c.namespace = ? AND c.checkpoint_id = ?`, []any{thread, ns, checkpointID}
 		}
-		t, _, err := r.scanTuple(row)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
+		rows, err := r.s.query(ctx, r.tx, q, args...)
+		if err != nil {
+			return err
 		}
+		if !rows.Next() {
+			rows.Close()
+			return rows.Err()
+		}
+		t, _, err := r.scanTuple(rows)
+		rows.Close()
 		if err != nil {
 			return err
 		}
@@ -801,7 +839,7 @@ func (s *Store) LGList(ctx context.Context, f LGListFilter) (LGListResult, error
 	var res LGListResult
 	err = s.lgRead(ctx, "lg list", func(r *lgReader) error {
 		res = LGListResult{}
-		rows, err := r.tx.QueryContext(ctx, q, args...)
+		rows, err := r.s.query(ctx, r.tx, q, args...)
 		if err != nil {
 			return err
 		}

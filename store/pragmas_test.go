@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -81,14 +82,15 @@ func TestPragmasDuringSaves(t *testing.T) {
 		}
 		_, _ = s.Save(ctx, SaveRequest{WorkflowID: "w", State: []byte(`{"last":1}`)})
 	}()
-	for i := 0; ; i++ {
+	for i := 0; i < 100; i++ {
 		p, err := s.Pragmas(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "2", p["synchronous"])
 		select {
 		case <-done:
 			return
-		default:
+		case <-time.After(time.Millisecond):
 		}
 	}
+	<-done
 }

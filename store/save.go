@@ -396,6 +396,11 @@ func (s *Store) runSave(ctx context.Context, w *wtx, sj *saveJob) error {
 			return err
 		}
 	}
+	if r.Manifest != nil {
+		if err := s.insertManifest(ctx, w, rowid, r.Manifest); err != nil {
+			return err
+		}
+	}
 	sj.res = SaveResult{CheckpointID: sj.id, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
 		StoredBytes: stored, SHA256: hex.EncodeToString(sj.sha), Deduplicated: dedup}
 
@@ -504,6 +509,9 @@ func (s *Store) deleteCheckpoint(ctx context.Context, w *wtx, rowid int64, check
 		return false, err
 	}
 	if _, err := ws.delWrites.ExecContext(ctx, checkpointID); err != nil {
+		return false, err
+	}
+	if err := s.deleteManifest(ctx, w, rowid); err != nil {
 		return false, err
 	}
 	var hash []byte

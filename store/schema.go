@@ -163,6 +163,31 @@ CREATE TABLE lg_writes (
 );
 CREATE UNIQUE INDEX lg_writes_key ON lg_writes(thread_id, namespace, checkpoint_id, task_id, idx);
 `,
+	// 4: source fingerprints (drift manifests) recorded with checkpoints (store/manifests.go): a
+	// header per checkpoint plus its ordered entry keys, cut into chunks stored once per content;
+	// each distinct entry stored once. Reference counts let deletions collect what is unused.
+	`
+CREATE TABLE drift_manifests (
+	ckpt   INTEGER PRIMARY KEY,  -- checkpoints.id
+	root   TEXT NOT NULL,        -- absolute sources.root
+	files  INTEGER NOT NULL,     -- number of entries
+	header BLOB NOT NULL,        -- drift.MarshalManifest of the manifest without its entries
+	chunks BLOB NOT NULL         -- drift_chunks.id (16 bytes) of each chunk of its entry keys, in order
+);
+
+-- A run of consecutive entry keys of a manifest; identical runs are shared by manifests.
+CREATE TABLE drift_chunks (
+	id   BLOB PRIMARY KEY,       -- first 16 bytes of BLAKE3(keys)
+	refs INTEGER NOT NULL,       -- manifests listing it; the row goes at 0
+	keys BLOB NOT NULL           -- drift.EntryKey (16 bytes) of each entry, in path order
+) WITHOUT ROWID;
+
+CREATE TABLE drift_entries (
+	key  BLOB PRIMARY KEY,       -- drift.EntryKey
+	refs INTEGER NOT NULL,       -- chunks listing it; the row goes at 0
+	data BLOB NOT NULL           -- drift.EncodeEntry
+) WITHOUT ROWID;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

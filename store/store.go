@@ -99,6 +99,7 @@ type Store struct {
 	walPending atomic.Int64  // approx. bytes written since the last checkpoint
 	deletes    atomic.Uint64 // checkpoints removed by retention (for background vacuum)
 	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
+	manifests  manifestCache // decoded drift manifests by checkpoint rowid (store/manifests.go)
 	closeOnce  sync.Once
 	closeErr   error
 }

@@ -57,6 +57,9 @@ type SaveRequest struct {
 	PendingTasks   json.RawMessage // JSON array or nil
 	WorkflowHash   string
 	Metadata       json.RawMessage // JSON object or nil
+	// Manifest, if set, is the source fingerprint recorded with the checkpoint (EncodeManifest;
+	// store/manifests.go). It is not part of the idempotency digest.
+	Manifest *EncodedManifest
 }
 
 // SaveResult is what a committed save reports.

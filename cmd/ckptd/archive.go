@@ -7,7 +7,8 @@ package main
 //	header  = "CKPTD-ARCHIVE\n" version:uint16be compression:uint8 reserved:uint8      (18 bytes)
 //	body    = records, as one zstd stream when compression = 1
 //	record  = kind:byte length:uint64be payload
-//	records = H W (C [S])* E
+//	records = H W (C [S])* E, plus optional lowercase-kind records anywhere after W except
+//	          between a C and its S (readers skip kinds they do not know)
 //	trailer = "CKPTD-SHA256" sha256(every byte of the file before the digest)          (44 bytes)
 
 import (
@@ -431,13 +432,15 @@ func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
 				yield(store.Checkpoint{}, a.fail(err))
 				return
 			}
-			switch kind {
-			case recEnd:
+			switch {
+			case kind == recEnd:
 				if err := a.end(b, n); err != nil {
 					yield(store.Checkpoint{}, err)
 				}
 				return
-			case recCheckpoint:
+			case kind == recCheckpoint:
+			case kind >= 'a' && kind <= 'z':
+				continue // an optional record of a newer writer: skipped (the digest still covers it)
 			default:
 				yield(store.Checkpoint{}, a.fail(fmt.Errorf("unexpected %q record after %d checkpoints", kind, n)))
 				return

@@ -79,6 +79,7 @@ func readTestArchive(b []byte) (store.WorkflowRecord, []store.Checkpoint, error)
 }
 
 func TestArchiveRoundTrip(t *testing.T) {
+	t.Parallel()
 	wantRec, want := archiveCheckpoints()
 	for _, comp := range []byte{compressionNone, compressionZstd} {
 		t.Run(fmt.Sprint(comp), func(t *testing.T) {
@@ -105,6 +106,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 // TestArchiveDetectsEveryFlippedByte: changing any single byte of an archive, truncating it
 // anywhere or appending to it is detected.
 func TestArchiveDetectsEveryFlippedByte(t *testing.T) {
+	t.Parallel()
 	for _, comp := range []byte{compressionNone, compressionZstd} {
 		t.Run(fmt.Sprint(comp), func(t *testing.T) {
 			b := writeTestArchive(t, comp)
@@ -129,6 +131,7 @@ func TestArchiveDetectsEveryFlippedByte(t *testing.T) {
 }
 
 func TestArchiveMessages(t *testing.T) {
+	t.Parallel()
 	b := writeTestArchive(t, compressionZstd)
 	d := bytes.Clone(b)
 	d[len(d)/2] ^= 0xff
@@ -157,6 +160,7 @@ func resign(b []byte) {
 
 // TestArchiveHugeLength: a record announcing an enormous length neither allocates it nor passes.
 func TestArchiveHugeLength(t *testing.T) {
+	t.Parallel()
 	b := writeTestArchive(t, compressionNone)
 	// the H record's length field sits right after the header and its kind byte
 	binary.BigEndian.PutUint64(b[archiveHeaderLen+1:], 1<<40)
@@ -172,4 +176,31 @@ func TestArchiveHugeLength(t *testing.T) {
 	_, _, err = readTestArchive(b)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "unexpected end of data")
+}
+
+// TestArchiveOptionalRecords: lowercase record kinds are optional (skipped by this reader),
+// unknown uppercase ones are not.
+func TestArchiveOptionalRecords(t *testing.T) {
+	t.Parallel()
+	rec, cps := archiveCheckpoints()
+	build := func(kind byte) []byte {
+		var buf bytes.Buffer
+		aw, err := newArchiveWriter(&buf, compressionZstd)
+		require.NoError(t, err)
+		require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, WorkflowID: "wf",
+			Checkpoints: len(cps)}, rec))
+		for _, cp := range cps {
+			require.NoError(t, aw.checkpoint(cp))
+			require.NoError(t, aw.record(kind, []byte(`{"future":true}`)))
+		}
+		require.NoError(t, aw.finish())
+		return buf.Bytes()
+	}
+	_, got, err := readTestArchive(build('m'))
+	require.NoError(t, err)
+	assert.Len(t, got, len(cps))
+	_, _, err = readTestArchive(build('M'))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "invalid archive")
+	assert.Contains(t, err.Error(), `unexpected 'M' record`)
 }

@@ -251,6 +251,7 @@ func standardFixture(t *testing.T) *cliDB {
 // TestCLIHelpEveryCommand: every subcommand has --help with an example (exit 0) and turns an
 // unknown flag into a usage error (exit 2).
 func TestCLIHelpEveryCommand(t *testing.T) {
+	t.Parallel()
 	for _, c := range commands() {
 		if c.name == "version" {
 			continue
@@ -270,6 +271,7 @@ func TestCLIHelpEveryCommand(t *testing.T) {
 
 // TestCLIMissingDatabase: commands that read never create a database; they exit 1 naming it.
 func TestCLIMissingDatabase(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "none.db")
 	for _, args := range [][]string{
@@ -288,6 +290,7 @@ func TestCLIMissingDatabase(t *testing.T) {
 // TestCLIDefaultPath: without --db the commands use $XDG_STATE_HOME/ckptd/ckptd.db, else
 // ~/.local/state/ckptd/ckptd.db, like the sidecar.
 func TestCLIDefaultPath(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	home := t.TempDir()
 	def := filepath.Join(home, ".local", "state", "ckptd", "ckptd.db")
@@ -306,6 +309,7 @@ func TestCLIDefaultPath(t *testing.T) {
 }
 
 func TestCLIParseArgsInterspersed(t *testing.T) {
+	t.Parallel()
 	e := &env{stderr: &bytes.Buffer{}}
 	fs := newFlagSet(e, "x", "")
 	j := fs.Bool("json", false, "")
@@ -318,6 +322,7 @@ func TestCLIParseArgsInterspersed(t *testing.T) {
 }
 
 func TestCLIFormatBytes(t *testing.T) {
+	t.Parallel()
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB",
 		10 << 20: "10.0 MiB", 3 << 30: "3.0 GiB"} {
 		assert.Equal(t, want, fmtBytes(n), n)

@@ -23,33 +23,21 @@ func exportTo(t *testing.T, db *cliDB, wf, name string, extra ...string) string 
 	return out
 }
 
-// showJSONOf returns ckptd show --json of every checkpoint of wf, plus its state bytes.
-func showJSONOf(t *testing.T, dbPath, dir, wf string) map[string]string {
+// archivedCheckpoints exports wf from the database at dbPath and reads the archive back.
+func archivedCheckpoints(t *testing.T, dbPath, wf string) []store.Checkpoint {
 	t.Helper()
-	res := cliRun(t, nil, "ls", wf, "--json", "--db", dbPath)
+	out := filepath.Join(t.TempDir(), "x.ckpt")
+	res := cliRun(t, nil, "export", wf, "-o", out, "--db", dbPath)
 	require.Equal(t, exitOK, res.code, res.stderr)
-	var list struct {
-		Checkpoints []struct{ CheckpointID, StateType string }
-	}
-	require.NoError(t, json.Unmarshal([]byte(res.stdout), &list))
-	out := map[string]string{}
-	for _, c := range list.Checkpoints {
-		res := cliRun(t, nil, "show", c.CheckpointID, "--json", "--db", dbPath)
-		require.Equal(t, exitOK, res.code, res.stderr)
-		out[c.CheckpointID] = res.stdout
-		if c.StateType != "none" {
-			f := filepath.Join(dir, "state-"+c.CheckpointID)
-			res = cliRun(t, nil, "show", c.CheckpointID, "--state", "-o", f, "--db", dbPath)
-			require.Equal(t, exitOK, res.code, res.stderr)
-			b, err := os.ReadFile(f)
-			require.NoError(t, err)
-			out[c.CheckpointID+" state"] = string(b)
-		}
-	}
-	return out
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	_, cps, err := readTestArchive(b)
+	require.NoError(t, err)
+	return cps
 }
 
 func TestCLIExportImport(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	for _, comp := range []string{"zstd", "none"} {
 		t.Run(comp, func(t *testing.T) {
@@ -65,7 +53,13 @@ func TestCLIExportImport(t *testing.T) {
 			res = cliRun(t, nil, "import", archive, "--db", dstDB)
 			cliGolden(t, "import-"+comp, src.dir, res)
 			// every field, task list, pending write and state byte is the same on both sides
-			assert.Equal(t, showJSONOf(t, src.path, t.TempDir(), "wf-alpha"), showJSONOf(t, dstDB, t.TempDir(), "wf-alpha"))
+			assert.Equal(t, archivedCheckpoints(t, src.path, "wf-alpha"), archivedCheckpoints(t, dstDB, "wf-alpha"))
+			srcList := cliRun(t, nil, "ls", "wf-alpha", "--json", "--db", src.path)
+			dstList := cliRun(t, nil, "ls", "wf-alpha", "--json", "--db", dstDB)
+			assert.Equal(t, srcList.stdout, dstList.stdout)
+			srcShow := cliRun(t, nil, "show", "a-3", "--json", "--db", src.path)
+			dstShow := cliRun(t, nil, "show", "a-3", "--json", "--db", dstDB)
+			assert.Equal(t, srcShow.stdout, dstShow.stdout)
 			// importing again changes nothing
 			res = cliRun(t, nil, "import", archive, "--db", dstDB)
 			cliGolden(t, "import-again-"+comp, src.dir, res)
@@ -78,6 +72,7 @@ func TestCLIExportImport(t *testing.T) {
 // TestCLIImportSameContentDigest: an imported checkpoint saved again with identical content is an
 // idempotent repeat for the sidecar (the import computed the same digest as a save).
 func TestCLIImportSameContentDigest(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
 	dstDB := filepath.Join(t.TempDir(), "t.db")
@@ -98,6 +93,7 @@ func TestCLIImportSameContentDigest(t *testing.T) {
 }
 
 func TestCLIImportCompletedWorkflow(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	archive := exportTo(t, src, "wf-done", "done.ckpt")
 	dstDB := filepath.Join(t.TempDir(), "t.db")
@@ -109,6 +105,7 @@ func TestCLIImportCompletedWorkflow(t *testing.T) {
 // TestCLIImportIncremental: an archive of a longer history of the same workflow imports only
 // the new checkpoints, with their original seqs.
 func TestCLIImportIncremental(t *testing.T) {
+	t.Parallel()
 	src := newCLIDB(t, nil)
 	for i := 1; i <= 3; i++ {
 		src.save(store.SaveRequest{WorkflowID: "wf", CheckpointID: fmt.Sprintf("c-%d", i), Step: int64(i),
@@ -134,6 +131,7 @@ func TestCLIImportIncremental(t *testing.T) {
 // TestCLIImportRenumbers: the target already has other checkpoints of the workflow at those
 // seqs: the imported ones follow them, in their original order.
 func TestCLIImportRenumbers(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
 	dst := newCLIDB(t, nil)
@@ -149,6 +147,7 @@ func TestCLIImportRenumbers(t *testing.T) {
 
 // TestCLIImportConflict: a checkpoint id present with other content refuses the whole import.
 func TestCLIImportConflict(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
 	dst := newCLIDB(t, nil)
@@ -173,6 +172,7 @@ func TestCLIImportConflict(t *testing.T) {
 // TestCLIImportDamaged: a damaged archive is refused and nothing is written (the target
 // database is not even created).
 func TestCLIImportDamaged(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
 	good, err := os.ReadFile(archive)
@@ -216,6 +216,7 @@ func TestCLIImportDamaged(t *testing.T) {
 }
 
 func TestCLIImportStdin(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	res := cliRun(t, nil, "export", "wf-beta", "-o", "-", "--db", src.path)
 	require.Equal(t, exitOK, res.code, res.stderr)
@@ -229,6 +230,7 @@ func TestCLIImportStdin(t *testing.T) {
 }
 
 func TestCLIImportDryRun(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	archive := exportTo(t, src, "wf-alpha", "a.ckpt")
 	dst := newCLIDB(t, nil)
@@ -252,6 +254,7 @@ func TestCLIImportDryRun(t *testing.T) {
 }
 
 func TestCLIExportErrors(t *testing.T) {
+	t.Parallel()
 	src := standardFixture(t)
 	src.corruptState("a-2")
 	out := filepath.Join(src.dir, "a.ckpt")

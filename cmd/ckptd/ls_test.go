@@ -9,6 +9,7 @@ import (
 )
 
 func TestCLILs(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	cliGolden(t, "ls", db.dir, cliRun(t, nil, "ls", "--db", db.path))
 	cliGolden(t, "ls-resumable", db.dir, cliRun(t, nil, "ls", "--resumable", "--db", db.path))
@@ -21,8 +22,9 @@ func TestCLILs(t *testing.T) {
 
 // TestCLILsPaging: more checkpoints than one store page, and --limit.
 func TestCLILsPaging(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow")
+	t.Parallel()
+	if testing.Short() || raceEnabled {
+		t.Skip("10k saves: slow under -short and -race (nothing concurrent to check here)")
 	}
 	db := newCLIDB(t, nil)
 	const n = 10050
@@ -50,6 +52,7 @@ func TestCLILsPaging(t *testing.T) {
 }
 
 func TestCLILsEmpty(t *testing.T) {
+	t.Parallel()
 	db := newCLIDB(t, nil)
 	db.close()
 	cliGolden(t, "ls-empty", db.dir, cliRun(t, nil, "ls", "--db", db.path))

@@ -48,6 +48,7 @@ func commands() []command {
 		{"ls", "list workflows, or one workflow's checkpoints", runLs},
 		{"show", "show one checkpoint (and verify it); --state prints its state", runShow},
 		{"plan", "show what resume/plan answers for a workflow, with every problem", runPlan},
+		{"drift", "show which source files changed since a workflow's checkpoint", runDrift},
 		{"prune", "delete old checkpoints (--keep-last, --older-than)", runPrune},
 		{"rm", "delete checkpoints, or a whole workflow", runRm},
 		{"verify", "check every checkpoint's SHA-256 and SQLite's integrity", runVerify},

@@ -15,7 +15,8 @@ const planUsage = `usage: ckptd plan WORKFLOW [flags]
 
 Answers what resume/plan would: the checkpoint a resume starts from, the step to start at, and
 every problem found (corrupt checkpoints, a checkpoint format newer than this ckptd, a changed
-workflow hash, a failure that is not retryable, a completed workflow). Exits 1 when a problem
+workflow hash, a failure that is not retryable, a completed workflow, source files that
+drifted from the sources recorded with the checkpoint). Exits 1 when a problem
 blocks the resume (resume/plan would answer -32005 unless called with force: true).
 
 examples:
@@ -33,6 +34,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&req.Namespace, "namespace", "", "plan from the latest checkpoint of this `namespace`")
 	fs.StringVar(&req.WorkflowHash, "workflow-hash", "", "your current workflow `hash`, compared with the checkpoint's")
 	fs.StringVar(&req.CheckpointID, "checkpoint", "", "plan from this checkpoint `id` instead of the latest")
+	driftAsWarning := fs.Bool("drift-as-warning", false, "report source drift as a warning, not a problem (resume/plan's driftAsWarning)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -61,8 +63,18 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		case err != nil:
 			return err
 		}
+		var driftSt *rpc.DriftStatus
+		if cp := gathered.Checkpoint; cp != nil { // as resume/plan does (cmd/ckptd/drift.go)
+			log, err := g.logger(e)
+			if err != nil {
+				return err
+			}
+			driftSt, gathered.Input.Drift = planDrift(ctx, st, cp.CheckpointID, log)
+			gathered.Input.DriftAsWarning = *driftAsWarning
+		}
 		plan, problems, warnings := resume.Decide(gathered.Input)
 		r := newPlanReport(req, gathered, plan, problems, warnings)
+		r.Drift = driftSt
 		if *asJSON {
 			err = printJSON(e.stdout, r)
 		} else {
@@ -97,6 +109,7 @@ type planReport struct {
 	Problems      []resume.Problem `json:"problems"`
 	Warnings      []resume.Problem `json:"warnings"`
 	RecoveredFrom []rpc.Recovered  `json:"recoveredFrom,omitempty"`
+	Drift         *rpc.DriftStatus `json:"drift,omitempty"`
 }
 
 func newPlanReport(req resume.Request, g resume.Gathered, plan resume.Plan, problems, warnings []resume.Problem) planReport {

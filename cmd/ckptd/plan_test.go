@@ -12,6 +12,7 @@ import (
 )
 
 func TestCLIPlan(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	cliGolden(t, "plan", db.dir, cliRun(t, nil, "plan", "wf-alpha", "--db", db.path))
 	cliGolden(t, "plan-namespace", db.dir, cliRun(t, nil, "plan", "wf-alpha", "--namespace", "sub", "--db", db.path))
@@ -24,6 +25,7 @@ func TestCLIPlan(t *testing.T) {
 }
 
 func TestCLIPlanCorrupt(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	db.corruptState("a-3")
 	// the latest is corrupt: the plan falls back to a-2 and lists the corruption as a problem
@@ -36,6 +38,7 @@ func TestCLIPlanCorrupt(t *testing.T) {
 
 // TestCLIPlanMatchesRPC: ckptd plan --json and the resume/plan RPC agree (same glue, same rules).
 func TestCLIPlanMatchesRPC(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	db.corruptState("a-3")
 	cases := []struct {
@@ -85,6 +88,7 @@ func TestCLIPlanMatchesRPC(t *testing.T) {
 
 // TestCLIPlanNewerFormat: a checkpoint written by a newer format is a schema_version problem.
 func TestCLIPlanNewerFormat(t *testing.T) {
+	t.Parallel()
 	db := newCLIDB(t, nil)
 	db.save(store.SaveRequest{WorkflowID: "wf", CheckpointID: "c-1", State: []byte(`{}`), StateType: store.StateJSON})
 	db.close()

@@ -48,6 +48,7 @@ func cliIDs(t *testing.T, db *cliDB, wf string) []string {
 }
 
 func TestCLIPrune(t *testing.T) {
+	t.Parallel()
 	db := pruneFixture(t)
 	// p-1..p-5 were saved 7..3 days ago, q-1..q-3 3..1 days ago
 	cliGolden(t, "prune-dry-run", db.dir, cliRun(t, nil, "prune", "--keep-last", "2", "--dry-run", "--db", db.path),
@@ -73,6 +74,7 @@ func TestCLIPrune(t *testing.T) {
 }
 
 func TestCLIPruneUsage(t *testing.T) {
+	t.Parallel()
 	db := pruneFixture(t)
 	cliGolden(t, "prune-usage-no-policy", db.dir, cliRun(t, nil, "prune", "--db", db.path))
 	cliGolden(t, "prune-usage-bad-age", db.dir, cliRun(t, nil, "prune", "--older-than", "7 days", "--db", db.path))
@@ -81,6 +83,7 @@ func TestCLIPruneUsage(t *testing.T) {
 }
 
 func TestCLIParseAge(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]time.Duration{
 		"7d": 7 * 24 * time.Hour, "36h": 36 * time.Hour, "90m": 90 * time.Minute, "45s": 45 * time.Second,
 		"1d12h": 36 * time.Hour, "2w": 14 * 24 * time.Hour, "1.5h": 90 * time.Minute, "1h30m": 90 * time.Minute,

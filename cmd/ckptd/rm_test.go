@@ -7,6 +7,7 @@ import (
 )
 
 func TestCLIRm(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	cliGolden(t, "rm", db.dir, cliRun(t, nil, "rm", "a-1", "nope", "s-1", "--db", db.path))
 	assert.Equal(t, []string{"a-3", "a-2"}, cliIDs(t, db, "wf-alpha"))

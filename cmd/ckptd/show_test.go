@@ -11,6 +11,7 @@ import (
 )
 
 func TestCLIShow(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	cliGolden(t, "show", db.dir, cliRun(t, nil, "show", "a-3", "--db", db.path))
 	cliGolden(t, "show-shared-metadata", db.dir, cliRun(t, nil, "show", "a-2", "--db", db.path))
@@ -21,6 +22,7 @@ func TestCLIShow(t *testing.T) {
 }
 
 func TestCLIShowCorrupt(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	db.corruptState("a-3")
 	cliGolden(t, "show-corrupt", db.dir, cliRun(t, nil, "show", "a-3", "--db", db.path))
@@ -41,6 +43,7 @@ func TestCLIShowCorrupt(t *testing.T) {
 }
 
 func TestCLIShowState(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	// JSON: pretty-printed on stdout
 	cliGolden(t, "show-state-json", db.dir, cliRun(t, nil, "show", "a-1", "--state", "--db", db.path))
@@ -67,6 +70,7 @@ func TestCLIShowState(t *testing.T) {
 
 // TestCLIShowStateTerminal: a bytes state is not written to a terminal.
 func TestCLIShowStateTerminal(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	res := cliRunTTY(t, "stdout", "show", "b-2", "--state", "--db", db.path)
 	assert.Equal(t, exitUsage, res.code)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestCLIStats(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	// file sizes depend on SQLite's page layout: normalised
 	sizes := []string{`(?m)^file( +).*$`, "file${1}(sizes)"}

@@ -50,12 +50,14 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 		return usageError{fmt.Sprintf("unexpected argument %q (verify checks the whole database)", pos[0])}
 	}
 	return withStore(ctx, e, &g, false, func(st *store.Store) error {
-		stats, err := st.Stats(ctx)
-		if err != nil {
-			return err
-		}
+		// Stats can fail on a database with damaged pages; verify must still go on and list
+		// what it can, so its failure is reported as database damage rather than fatal.
+		stats, statsErr := st.Stats(ctx)
 		rep := verifyReport{Checkpoints: stats.Checkpoints, States: stats.States, StoredBytes: stats.StatesStoredBytes,
 			Corrupt: []verifyProblem{}, Database: []string{}}
+		if statsErr != nil {
+			rep.Database = append(rep.Database, "reading database statistics: "+statsErr.Error())
+		}
 		var p *progress
 		var onProgress func(done, total int)
 		if !*quiet {

@@ -9,12 +9,14 @@ import (
 )
 
 func TestCLIVerify(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	cliGolden(t, "verify-ok", db.dir, cliRun(t, nil, "verify", "--db", db.path))
 	cliGolden(t, "verify-quiet", db.dir, cliRun(t, nil, "verify", "--quiet", "--db", db.path))
 }
 
 func TestCLIVerifyCorrupt(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	db.corruptState("a-1") // shared by a-1 and a-2: both reported
 	db.corruptState("b-2")
@@ -35,6 +37,7 @@ func TestCLIVerifyCorrupt(t *testing.T) {
 // TestCLIVerifyDatabaseDamage: damage SQLite's structure (an index that disagrees with its
 // table) so that PRAGMA integrity_check reports it.
 func TestCLIVerifyDatabaseDamage(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	db.exec(`PRAGMA writable_schema = ON;
 		UPDATE sqlite_schema SET sql = replace(sql, 'ON checkpoints(phase, id)', 'ON checkpoints(step, id)')
@@ -47,6 +50,7 @@ func TestCLIVerifyDatabaseDamage(t *testing.T) {
 
 // TestCLIVerifyProgressTerminal: on a terminal the progress is a bar redrawn in place.
 func TestCLIVerifyProgressTerminal(t *testing.T) {
+	t.Parallel()
 	db := standardFixture(t)
 	res := cliRunTTY(t, "stderr", "verify", "--db", db.path)
 	assert.Equal(t, exitOK, res.code, res.stderr)

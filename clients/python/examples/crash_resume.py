@@ -10,8 +10,9 @@ Every step is checkpointed through ckptd: "before_step" when it starts, "complet
 state) when it ends. The first run kills itself with SIGKILL in the middle of step 3, so nothing
 in this process gets a chance to clean up; the second run asks ckptd for a resume plan, skips
 the steps that completed, and retries step 3 with the state step 2 produced. If --sources is
-given and ckptd offers drift detection, run 2 also reports which source files changed since the
-checkpoint was taken.
+given and ckptd offers drift detection, every checkpoint records a fingerprint of that tree and
+run 2 reports which source files changed since the checkpoint was taken (as a warning of the
+resume plan: the demo resumes anyway).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def main() -> int:
             say("   --reset: deleted %d old checkpoint(s)" % n)
 
         with client.workflow(args.workflow_id, workflow_hash=workflow_hash, sources=sources or None,
-                             initial_state={"log": []}) as wf:
+                             initial_state={"log": []}, drift_as_warning=True) as wf:
             plan = wf.resume()
             if plan is None:
                 say("-- resume plan: no checkpoint yet, this is a fresh run starting at step 0")
@@ -96,8 +97,9 @@ def main() -> int:
                 say("   ckptd says: %s -> start at step %d%s" % (
                     plan.reason, plan.start_step, " (retry)" if plan.retry else ""))
                 for w in plan.warnings:
-                    say("   warning: %s" % w.get("message"))
-                report_drift(client, wf, sources)
+                    if w.get("code") != "drift":  # reported in detail below
+                        say("   warning: %s" % w.get("message"))
+                report_drift(client, wf, sources, plan)
             if wf.start_step >= len(STEPS):
                 say("-- nothing to do: all %d steps completed in earlier runs (use --reset to start over)" % len(STEPS))
 
@@ -124,7 +126,7 @@ def main() -> int:
     return 0
 
 
-def report_drift(client: "ckptd.Client", wf: "ckptd.Workflow", sources: List[str]) -> None:
+def report_drift(client: "ckptd.Client", wf: "ckptd.Workflow", sources: List[str], plan: Any = None) -> None:
     if not sources:
         say("-- drift: no --sources given, nothing to compare")
         return
@@ -132,21 +134,27 @@ def report_drift(client: "ckptd.Client", wf: "ckptd.Workflow", sources: List[str
         say("-- drift: this ckptd build does not offer drift detection (no 'drift' capability "
             "in initialize); skipping the drift report")
         return
-    try:
-        status = wf.drift_status()
-    except ckptd.MethodNotFound:
-        say("-- drift: the daemon does not implement drift/status; skipping the drift report")
+    # resume/plan checked the checkpoint's sources already (its "drift" field); else ask.
+    status = plan.get("drift") if plan is not None else None
+    if not status:
+        try:
+            status = wf.drift_status()
+        except ckptd.MethodNotFound:
+            say("-- drift: the daemon does not implement drift/status; skipping the drift report")
+            return
+        except ckptd.CkptdError as e:
+            say("-- drift: could not get the drift status: %s" % e)
+            return
+    changes = [(kind, c) for kind in ("changed", "added", "deleted") for c in status.get(kind) or []]
+    if not status.get("drifted"):
+        say("-- drift: no source file changed since checkpoint %s (%d files checked under %s)" % (
+            status.get("checkpointId"), status.get("filesChecked", 0), status.get("root")))
         return
-    except ckptd.CkptdError as e:
-        say("-- drift: could not get the drift status: %s" % e)
-        return
-    changes = status.get("changes") or []
-    if not status.get("drifted") and not changes:
-        say("-- drift: no source file changed since the checkpoint")
-        return
-    say("-- drift: %d source change(s) since the checkpoint was taken:" % len(changes))
-    for c in changes:
-        say("   %-9s %s" % (c.get("kind"), c.get("path")))
+    say("-- drift: %d source file(s) changed since checkpoint %s was taken (under %s):" % (
+        len(changes), status.get("checkpointId"), status.get("root")))
+    for kind, c in changes:
+        sizes = "%s -> %s bytes" % (c.get("oldSize") if kind != "added" else "-", c.get("newSize") if kind != "deleted" else "-")
+        say("   %-8s %-30s %s" % (kind, c.get("path"), sizes))
 
 
 if __name__ == "__main__":

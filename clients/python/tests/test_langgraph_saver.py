@@ -148,8 +148,9 @@ def test_versions_are_fork_safe(saver: Any) -> None:
 def test_metadata_json_and_filters(saver: Any) -> None:
     when = datetime.datetime(2026, 5, 1, tzinfo=datetime.timezone.utc)
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "user": "ann", "langgraph_step": 3}, "metadata": {"tag": "x"}}
-    c = saver.put(config, ckpt({}, {}), {**md(2), "when": when, "id": uuid.UUID(int=1), "score": 1.0}, {})
+    c = saver.put(config, ckpt({}, {}), {**md(2), "when": when, "id": uuid.UUID(int=1), "score": 1.0, "bad": float("nan")}, {})
     t = saver.get_tuple(c)
+    assert t.metadata["bad"] == "nan"  # JSON has no NaN: it becomes a string instead of breaking the request
     assert t.metadata["when"] == when.isoformat() and t.metadata["id"] == str(uuid.UUID(int=1))
     assert t.metadata["user"] == "ann" and t.metadata["tag"] == "x" and "langgraph_step" not in t.metadata
     assert [x.metadata["step"] for x in saver.list(None, filter={"score": 1})] == [2]  # numbers compare by value

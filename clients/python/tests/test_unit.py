@@ -372,10 +372,14 @@ def test_fake_async_client() -> None:
 
 def test_sources_param(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert C.sources_param(["src", tmp_path]) == [str(tmp_path / "src"), str(tmp_path)]
-    assert C.sources_param("src") == [str(tmp_path / "src")]
+    # the server's shape: one spec object {root, include?, exclude?, gitignore?}
+    assert C.sources_param("src") == {"root": str(tmp_path / "src")}
+    assert C.sources_param(tmp_path) == {"root": str(tmp_path)}
+    assert C.sources_param(["src"]) == {"root": str(tmp_path / "src")}
     assert C.sources_param({"root": "src", "include": ["**/*.py"]}) == {"root": str(tmp_path / "src"), "include": ["**/*.py"]}
-    assert C.sources_param([{"root": "a"}]) == [{"root": str(tmp_path / "a")}]
+    assert C.sources_param([{"root": "a"}]) == {"root": str(tmp_path / "a")}
+    with pytest.raises(ValueError, match="one root"):
+        C.sources_param(["src", tmp_path])
 
 
 @pytest.mark.parametrize("drift", [True, False])
@@ -390,8 +394,8 @@ def test_workflow_sends_sources_only_to_drift_capable_daemons(drift: bool, tmp_p
         for r in (s.before, s.result):
             assert r["method"] == "checkpoint/save"
             if drift:
-                assert r["params"]["sources"] == [str(tmp_path)]
+                assert r["params"]["sources"] == {"root": str(tmp_path)}
             else:
                 assert "sources" not in r["params"]
         # the plain save() sends what it is given
-        assert c.save("w", {}, sources=[str(tmp_path)])["params"]["sources"] == [str(tmp_path)]
+        assert c.save("w", {}, sources=[str(tmp_path)])["params"]["sources"] == {"root": str(tmp_path)}

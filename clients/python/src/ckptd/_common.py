@@ -253,14 +253,22 @@ def _source(s: Any) -> Any:
     return os.path.abspath(os.fspath(s))
 
 
-def sources_param(sources: Any) -> Any:
-    """Source paths (made absolute) or drift spec dicts ({root, include, exclude, ...}), passed
-    through in the shape given: a single spec dict or a sequence of paths / specs."""
+def sources_param(sources: Any) -> Dict[str, Any]:
+    """The ``sources`` param: one drift spec ``{root, include?, exclude?, gitignore?}`` (the
+    server's shape), its root made absolute. Accepts a spec dict, a path (the root), or a
+    sequence holding exactly one of those; ckptd fingerprints one root per checkpoint (select
+    parts of it with ``include`` / ``exclude`` globs)."""
     if isinstance(sources, Mapping):
         return _source(sources)
     if isinstance(sources, (str, os.PathLike)):
-        return [_source(sources)]
-    return [_source(s) for s in sources]
+        return {"root": _source(sources)}
+    items = list(sources)
+    if len(items) != 1:
+        raise ValueError(
+            "sources: ckptd fingerprints one root per checkpoint; give one path or one "
+            "{root, include, exclude} spec, not %d" % len(items)
+        )
+    return sources_param(items[0])
 
 
 def target_params(

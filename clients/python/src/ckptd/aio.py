@@ -571,6 +571,7 @@ class AsyncClient:
         checkpoint_id: Optional[str] = None,
         workflow_hash: Optional[str] = None,
         force: bool = False,
+        drift_as_warning: bool = False,
     ) -> ResumePlan:
         params: Dict[str, Any] = {"workflowId": workflow_id, "attachment": True}
         C.put(params, "namespace", namespace)
@@ -578,6 +579,8 @@ class AsyncClient:
         C.put(params, "workflowHash", workflow_hash)
         if force:
             params["force"] = True
+        if drift_as_warning:
+            params["driftAsWarning"] = True
         result, att = await self._request("resume/plan", params)
         return ResumePlan(result, att)
 
@@ -629,6 +632,7 @@ class AsyncClient:
         preserve_on_complete: bool = False,
         force: bool = False,
         metadata: Optional[Mapping[str, Any]] = None,
+        drift_as_warning: bool = False,
     ) -> "AsyncWorkflow":
         """The async workflow helper: ``async with client.workflow(...) as wf``."""
         return AsyncWorkflow(
@@ -643,6 +647,7 @@ class AsyncClient:
             preserve_on_complete=preserve_on_complete,
             force=force,
             metadata=metadata,
+            drift_as_warning=drift_as_warning,
         )
 
 

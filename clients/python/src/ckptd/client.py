@@ -700,15 +700,20 @@ class Client:
         checkpoint_id: Optional[str] = None,
         workflow_hash: Optional[str] = None,
         force: bool = False,
+        drift_as_warning: bool = False,
     ) -> ResumePlan:
         """``resume/plan``: where to restart, with the state to continue from. Raises
-        :class:`ResumeValidationError` (``.problems``) unless ``force``."""
+        :class:`ResumeValidationError` (``.problems``) unless ``force``. Source drift since the
+        checkpoint (when it was saved with ``sources``) is a problem, or with
+        ``drift_as_warning`` a warning; the plan's ``drift`` field has the report."""
         params: Dict[str, Any] = {"workflowId": workflow_id, "attachment": True}
         C.put(params, "namespace", namespace)
         C.put(params, "checkpointId", checkpoint_id)
         C.put(params, "workflowHash", workflow_hash)
         if force:
             params["force"] = True
+        if drift_as_warning:
+            params["driftAsWarning"] = True
         result, att = self._request("resume/plan", params)
         return ResumePlan(result, att)
 
@@ -721,8 +726,9 @@ class Client:
     # Drift
 
     def drift_status(self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None) -> Dict[str, Any]:
-        """``drift/status``: ``{drifted, changes: [{path, kind}]}`` for the sources recorded with
-        a workflow's latest checkpoint (or a given checkpoint)."""
+        """``drift/status``: ``{drifted, changed, added, deleted: [{path, oldSize, newSize, oldHash,
+        newHash}], filesChecked, elapsedMs, checkpointId, ...}`` for the sources recorded with a
+        workflow's latest checkpoint (or a given checkpoint)."""
         params = C.target_params(checkpoint_id, workflow_id, "drift_status")
         result, _ = self._request("drift/status", params)
         return result  # type: ignore[no-any-return]
@@ -770,6 +776,7 @@ class Client:
         preserve_on_complete: bool = False,
         force: bool = False,
         metadata: Optional[Mapping[str, Any]] = None,
+        drift_as_warning: bool = False,
     ) -> "Workflow":
         """A step-by-step checkpointing helper; see :class:`ckptd.workflow.Workflow`."""
         from .workflow import Workflow
@@ -786,4 +793,5 @@ class Client:
             preserve_on_complete=preserve_on_complete,
             force=force,
             metadata=metadata,
+            drift_as_warning=drift_as_warning,
         )

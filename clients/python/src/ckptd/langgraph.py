@@ -29,6 +29,7 @@ import dataclasses
 import datetime
 import enum
 import json
+import math
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -107,9 +108,20 @@ def _json_default(o: Any) -> Any:
     return repr(o)
 
 
+def _finite(v: Any) -> Any:
+    """v with NaN and infinities (which JSON cannot carry) replaced by their names."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
 def _json_value(v: Any) -> Any:
-    """A JSON-ready copy of v (as json.loads(json.dumps(v)) would give)."""
-    return json.loads(json.dumps(v, default=_json_default, ensure_ascii=False))
+    """A JSON-ready copy of v (as json.loads(json.dumps(v)) would give, NaN made a string)."""
+    return _finite(json.loads(json.dumps(v, default=_json_default, ensure_ascii=False)))
 
 
 def _thread_id(config: RunnableConfig) -> str:

@@ -78,6 +78,7 @@ class _WorkflowBase:
         preserve_on_complete: bool = False,
         force: bool = False,
         metadata: Optional[Mapping[str, Any]] = None,
+        drift_as_warning: bool = False,
     ) -> None:
         self.workflow_id = workflow_id
         self.workflow_hash = workflow_hash
@@ -89,6 +90,8 @@ class _WorkflowBase:
         self.complete_on_exit = complete_on_exit
         self.preserve_on_complete = preserve_on_complete
         self.force = force
+        #: Source drift since the checkpoint is a warning of the resume plan, not a problem.
+        self.drift_as_warning = drift_as_warning
         self.metadata = dict(metadata) if metadata else None
         #: The state to continue from: ``initial_state``, then the resume plan's, then each
         #: completed step's.
@@ -128,7 +131,8 @@ class _WorkflowBase:
         self._next_index = plan.start_step
 
     def _plan_params(self) -> Dict[str, Any]:
-        return dict(namespace=self.namespace or None, workflow_hash=self.workflow_hash, force=self.force)
+        return dict(namespace=self.namespace or None, workflow_hash=self.workflow_hash, force=self.force,
+                    drift_as_warning=self.drift_as_warning)
 
     def _save_kwargs(self, step: "_StepBase", phase: str, state: Any, error: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         kw: Dict[str, Any] = dict(

@@ -1,0 +1,43 @@
+/**
+ * ckptd — TypeScript client for the ckptd checkpoint/resume sidecar.
+ *
+ * ```ts
+ * import { Client } from "ckptd";
+ * await using client = await Client.start({ db: "./ckpt.db" });
+ * const { checkpointId } = await client.save({ workflowId: "wf-1", step: 0, state: { n: 1 } });
+ * const cp = await client.load({ checkpointId });
+ * ```
+ */
+import "./dispose.js";
+
+export { Client, STDERR_TAIL_BYTES } from "./client.js";
+export type { CallOptions, ClientEvents, ClientOptions, ExitInfo, NotificationsOptions, Reply } from "./client.js";
+export { Workflow, StepInterruptedError } from "./workflow.js";
+export type { ErrorClass, LayerParams, StepContext, StepOptions, WorkflowOptions } from "./workflow.js";
+export {
+  BinaryNotFoundError,
+  CheckpointCorruptError,
+  CheckpointNotFoundError,
+  CkptdError,
+  CLIENT_CLOSED,
+  ClientClosedError,
+  ConflictError,
+  DAEMON_DIED,
+  DaemonDiedError,
+  ErrorCode,
+  InternalError,
+  InvalidParamsError,
+  MethodNotFoundError,
+  ProtocolError,
+  ResumeValidationError,
+  ShuttingDownError,
+  StorageUnavailableError,
+  TooLargeError,
+  errorFromRpc,
+} from "./errors.js";
+export type { ResumeProblem, RpcErrorObject } from "./errors.js";
+export { findBinary } from "./binary.js";
+export type { FindBinaryOptions } from "./binary.js";
+export { FrameReader, FramingError, MAX_HEADER_BYTES, encodeFrame, parseBody } from "./framing.js";
+export type { Frame, FrameReaderOptions, FramingErrorKind } from "./framing.js";
+export type * from "./types.js";

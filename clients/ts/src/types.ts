@@ -1,0 +1,491 @@
+/**
+ * Protocol types (docs/protocol.md, protocolVersion 1). Field names are the wire's. Results are typed
+ * with the fields the contract promises; servers may add fields at any time, so results keep them.
+ */
+import type { ResumeProblem } from "./errors.js";
+
+/** Any JSON value. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+/** A JSON object (e.g. checkpoint `metadata`). */
+export type JsonObject = { [key: string]: JsonValue };
+
+/** A checkpoint's phase. */
+export type Phase = "before_step" | "completed" | "failed" | "interrupted";
+/** What a checkpoint's state is: UTF-8 JSON text, opaque bytes, or nothing. */
+export type StateType = "json" | "bytes" | "none";
+
+/** The error of a `failed` step. */
+export interface StepError {
+  message: string;
+  retryable: boolean;
+}
+
+/** Notifications a client may opt in to with `initialize.events`. */
+export type EventName = "checkpoint/saved" | "checkpoint/pruned" | "checkpoint/corrupted";
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+
+export interface InitializeParams {
+  clientName?: string;
+  /** Notifications to receive. */
+  events?: EventName[];
+}
+
+export interface Capabilities {
+  attachments: boolean;
+  stateTypes: string[];
+  maxStateBytes: number;
+  durability: string;
+  events: string[];
+  [key: string]: unknown;
+}
+
+export interface InitializeResult {
+  serverName: string;
+  serverVersion: string;
+  protocolVersion: number;
+  dbPath: string;
+  capabilities: Capabilities;
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints
+
+/**
+ * `checkpoint/save` params as the client takes them. The state is given as `state` and always
+ * travels as the frame's attachment (never base64 or inline JSON):
+ * - a `Uint8Array` is sent as is, with `stateType: "bytes"` (or `"json"` if you say so, for
+ *   already-serialized JSON text);
+ * - anything else is `JSON.stringify`'d once and sent with `stateType: "json"`;
+ * - `undefined` (or absent) saves a checkpoint without state.
+ */
+export interface SaveParams<S = unknown> {
+  workflowId: string;
+  namespace?: string;
+  checkpointId?: string;
+  parentId?: string;
+  phase?: Phase;
+  step?: number;
+  stepName?: string;
+  error?: StepError | null;
+  state?: S | Uint8Array;
+  /** Only with a `Uint8Array` state: what the bytes are (default `bytes`). */
+  stateType?: "json" | "bytes";
+  completedTasks?: unknown[];
+  pendingTasks?: unknown[];
+  workflowHash?: string;
+  metadata?: JsonObject;
+  /**
+   * The source tree to fingerprint with this checkpoint for drift detection (docs/protocol.md,
+   * `checkpoint/save`); servers without the `drift` capability ignore it.
+   */
+  sources?: Sources;
+}
+
+/**
+ * Which files of a tree are fingerprinted for drift (mirrors the server's drift spec): paths
+ * relative to `root` matching an `include` pattern (none = all) and no `exclude` pattern
+ * (doublestar globs), honouring .gitignore unless `gitignore: false`.
+ */
+export interface SourcesSpec {
+  root: string;
+  include?: string[];
+  exclude?: string[];
+  /** Default true. */
+  gitignore?: boolean;
+  editorFiles?: boolean;
+  [key: string]: unknown;
+}
+
+/** The source tree of a checkpoint: one spec (the server fingerprints one root per checkpoint). */
+export type Sources = SourcesSpec;
+
+export interface SaveResult {
+  checkpointId: string;
+  seq: number;
+  createdAt: string;
+  sizeBytes: number;
+  storedBytes: number;
+  sha256: string;
+  deduplicated: boolean;
+  [key: string]: unknown;
+}
+
+/** A checkpoint without state or task lists (`checkpoint/list`, base of `checkpoint/load`). */
+export interface CheckpointSummary {
+  checkpointId: string;
+  workflowId: string;
+  namespace: string;
+  seq: number;
+  parentId: string | null;
+  phase: Phase;
+  step: number;
+  stepName: string;
+  error: StepError | null;
+  workflowHash: string;
+  metadata: JsonObject;
+  createdAt: string;
+  stateType: StateType;
+  sizeBytes: number;
+  storedBytes: number;
+  sha256: string;
+  completedTaskCount: number;
+  pendingTaskCount: number;
+  [key: string]: unknown;
+}
+
+/** `checkpoint/load` params: by `checkpointId`, or the latest of `workflowId` (+ `namespace`). */
+export type LoadParams = { checkpointId: string; workflowId?: undefined; namespace?: undefined } | { workflowId: string; namespace?: string; checkpointId?: undefined };
+
+/** Client-side options for calls that return a state. */
+export interface StateOptions {
+  /**
+   * Decode the state per `stateType` (default true): JSON states are `JSON.parse`d, byte states come
+   * back as `Uint8Array`. With false, `state` is left undefined and only `stateBytes` is set.
+   */
+  decodeState?: boolean;
+}
+
+/** A stored pending write (`pendingWrites` of `checkpoint/load`). */
+export interface PendingWrite {
+  taskId: string;
+  taskPath?: string;
+  idx: number;
+  channel: string;
+  value?: JsonValue;
+  valueBase64?: string;
+  type?: string;
+  [key: string]: unknown;
+}
+
+/** A corrupt checkpoint skipped by a latest-load / plan. */
+export interface Recovered {
+  checkpointId: string;
+  reason: string;
+}
+
+/** The decoded state fields shared by `checkpoint/load` and `resume/plan` results. */
+export interface StateFields<S> {
+  stateType: StateType;
+  /**
+   * The state: the parsed JSON value (`json`), a `Uint8Array` (`bytes`), or `undefined` (`none`, or
+   * `decodeState: false`).
+   */
+  state: S | undefined;
+  /** The state bytes exactly as stored (the frame attachment), or `null` when there is no state. */
+  stateBytes: Uint8Array | null;
+}
+
+export interface LoadResult<S = unknown> extends CheckpointSummary, StateFields<S> {
+  completedTasks: unknown[];
+  pendingTasks: unknown[];
+  pendingWrites: PendingWrite[];
+  recoveredFrom?: Recovered[];
+}
+
+export interface ListParams {
+  workflowId?: string;
+  namespace?: string;
+  phase?: Phase;
+  metadata?: JsonObject;
+  /** A checkpointId: only older checkpoints are returned. */
+  before?: string;
+  /** 1-10000, default 100. */
+  limit?: number;
+}
+
+export interface ListResult {
+  checkpoints: CheckpointSummary[];
+  [key: string]: unknown;
+}
+
+export type DeleteParams = { checkpointId: string; workflowId?: undefined } | { workflowId: string; checkpointId?: undefined };
+
+export interface DeleteResult {
+  deleted: number;
+  [key: string]: unknown;
+}
+
+export interface PruneParams {
+  workflowId?: string;
+  keepLast?: number;
+  olderThanSeconds?: number;
+  dryRun?: boolean;
+}
+
+export interface PruneResult {
+  deleted: number;
+  freedBytes: number;
+  dryRun: boolean;
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflows
+
+export interface Retention {
+  /** 0 = unlimited. */
+  keepLast?: number;
+  maxAgeSeconds?: number;
+  keepFirst?: boolean;
+  idleTtlSeconds?: number;
+}
+
+export interface ConfigureParams {
+  workflowId: string;
+  retention?: Retention;
+  /** Sources fingerprinted by every save of the workflow; `null` removes them. */
+  sources?: SourcesSpec | null;
+}
+
+export interface ConfigureResult {
+  workflowId: string;
+  retention: Required<Retention>;
+  [key: string]: unknown;
+}
+
+export interface CompleteParams {
+  workflowId: string;
+  /** Keep the checkpoints (default: delete them). */
+  preserve?: boolean;
+}
+
+export interface CompleteResult {
+  workflowId: string;
+  deleted: number;
+  [key: string]: unknown;
+}
+
+export interface WorkflowListParams {
+  resumableOnly?: boolean;
+}
+
+export interface WorkflowInfo {
+  workflowId: string;
+  count: number;
+  latest: CheckpointSummary | null;
+  resumable: boolean;
+  completed: boolean;
+  updatedAt: string;
+  storedBytes: number;
+  [key: string]: unknown;
+}
+
+export interface WorkflowListResult {
+  workflows: WorkflowInfo[];
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending writes
+
+/** One write. A `Uint8Array` value is sent as `valueBase64`. */
+export interface Write {
+  channel: string;
+  value?: JsonValue | Uint8Array;
+  valueBase64?: string;
+  type?: string;
+  /** Defaults to the position in `writes`; negative = special write (replaces). */
+  idx?: number;
+}
+
+export interface PutWritesParams {
+  workflowId: string;
+  namespace?: string;
+  checkpointId: string;
+  taskId: string;
+  taskPath?: string;
+  writes: Write[];
+}
+
+export interface PutWritesResult {
+  stored: number;
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resume
+
+export interface ResumePlanParams {
+  workflowId: string;
+  namespace?: string;
+  checkpointId?: string;
+  workflowHash?: string;
+  /** Return the plan despite problems (they come back in `warnings`). */
+  force?: boolean;
+  /** Source drift since the checkpoint is a warning, not a problem. */
+  driftAsWarning?: boolean;
+}
+
+export interface ResumePlan<S = unknown> extends StateFields<S> {
+  checkpointId: string;
+  workflowId: string;
+  namespace: string;
+  phase: Phase;
+  step: number;
+  stepName: string;
+  /** The step to run next. */
+  startStep: number;
+  /** True when `startStep` re-runs the checkpoint's own step. */
+  retry: boolean;
+  reason: string;
+  completedTasks: unknown[];
+  pendingTasks: unknown[];
+  warnings: ResumeProblem[];
+  recoveredFrom?: Recovered[];
+  /** The drift report, when the checkpoint was saved with `sources`. */
+  drift?: DriftStatusResult;
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stats
+
+export interface LatencyStats {
+  count: number;
+  p50Ms: number;
+  p95Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+export interface StatsResult {
+  uptimeSeconds: number;
+  counters: {
+    saves: number;
+    loads: number;
+    failures: number;
+    integrityFailures: number;
+    bytesIn: number;
+    bytesOut: number;
+    deduplicated: number;
+    pruned: number;
+    [key: string]: number;
+  };
+  latency: { save: LatencyStats; load: LatencyStats; [key: string]: LatencyStats };
+  db: {
+    path: string;
+    sizeBytes: number;
+    walBytes: number;
+    workflows: number;
+    checkpoints: number;
+    states: number;
+    statesStoredBytes: number;
+    [key: string]: unknown;
+  };
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drift (docs/protocol.md, "Source drift")
+
+export type DriftTarget =
+  | { workflowId: string; namespace?: string; checkpointId?: undefined }
+  | { checkpointId: string; workflowId?: undefined; namespace?: undefined };
+
+/** One path whose state against the checkpoint changed (`drift/changed`). */
+export interface DriftChange {
+  path: string;
+  kind: "changed" | "added" | "deleted" | "renamed" | "restored" | (string & {});
+  /** `renamed`: the checkpoint's path it came from. */
+  from?: string;
+  [key: string]: unknown;
+}
+
+/** One path that differs from the checkpoint's fingerprint (`drift/status`). */
+export interface DriftFileChange {
+  path: string;
+  oldSize: number;
+  newSize: number;
+  /** Hex BLAKE3-256 of the content; absent for added (old) / deleted (new) paths and symlinks. */
+  oldHash?: string;
+  newHash?: string;
+  [key: string]: unknown;
+}
+
+export type DriftStatusParams = DriftTarget;
+
+/** `drift/status` result. */
+export interface DriftStatusResult {
+  checkpointId: string;
+  drifted: boolean;
+  changed: DriftFileChange[];
+  added: DriftFileChange[];
+  deleted: DriftFileChange[];
+  filesChecked: number;
+  elapsedMs: number;
+  fullScan?: boolean;
+  warnings?: string[];
+  [key: string]: unknown;
+}
+
+export type DriftWatchParams = DriftTarget & { debounceMs?: number };
+
+export interface DriftWatchResult {
+  watchId: string;
+  [key: string]: unknown;
+}
+
+export interface DriftUnwatchParams {
+  watchId: string;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Notifications (server → client)
+
+export interface SavedEvent {
+  checkpointId: string;
+  workflowId: string;
+  namespace: string;
+  seq: number;
+  phase: Phase;
+  step: number;
+  [key: string]: unknown;
+}
+
+export interface PrunedEvent {
+  workflowId: string;
+  checkpointIds: string[];
+  reason: "retention" | "prune" | "idle" | "complete" | (string & {});
+  [key: string]: unknown;
+}
+
+export interface CorruptedEvent {
+  checkpointId: string;
+  workflowId: string;
+  reason: string;
+  [key: string]: unknown;
+}
+
+export interface DriftChangedEvent {
+  watchId: string;
+  checkpointId: string;
+  changes: DriftChange[];
+  drifted: boolean;
+  /** The batch comes from a full rescan (events lost, ignore rules changed, initial drift). */
+  rescan?: boolean;
+  reason?: string;
+  [key: string]: unknown;
+}
+
+/** Params of each known notification, by method. */
+export interface NotificationParams {
+  "checkpoint/saved": SavedEvent;
+  "checkpoint/pruned": PrunedEvent;
+  "checkpoint/corrupted": CorruptedEvent;
+  "drift/changed": DriftChangedEvent;
+}
+export type NotificationMethod = keyof NotificationParams;
+
+/** A known notification, discriminated by `method`. */
+export type Notification<M extends NotificationMethod = NotificationMethod> = {
+  [K in M]: { method: K; params: NotificationParams[K] };
+}[M];
+
+/** Any notification, including methods this client version does not know. */
+export interface RawNotification {
+  method: string;
+  params: unknown;
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/store"
+)
+
+const driftUsage = `usage: ckptd drift WORKFLOW [flags]
+
+Compares the source files recorded with a workflow's latest checkpoint (the sources given to
+checkpoint/save, or set with workflow/configure) with the files on disk now, and lists what
+changed, was added or was deleted: what drift/status answers. Exits 0 when nothing drifted,
+1 when something did (or the checkpoint has no sources recorded), 2 on usage errors.
+
+examples:
+  ckptd drift wf-1
+  ckptd drift wf-1 --namespace sub --json
+  ckptd drift wf-1 --checkpoint c-7
+`
+
+func runDrift(ctx context.Context, e *env, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(e, "drift", driftUsage)
+	registerDBFlags(fs, &g)
+	asJSON := fs.Bool("json", false, "print JSON (drift/status's result)")
+	namespace := fs.String("namespace", "", "check the latest checkpoint of this `namespace`")
+	checkpoint := fs.String("checkpoint", "", "check this checkpoint `id` instead of the latest")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0:
+		return usageError{"missing WORKFLOW"}
+	case len(pos) > 1:
+		return usageError{fmt.Sprintf("unexpected argument %q (drift takes one WORKFLOW)", pos[1])}
+	case *checkpoint != "" && isSet(fs, "namespace"):
+		return usageError{"--checkpoint and --namespace exclude each other"}
+	}
+	wf := pos[0]
+	log, err := g.logger(e)
+	if err != nil {
+		return err
+	}
+	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+		var ref store.ManifestRef
+		var err error
+		if *checkpoint != "" {
+			ref, err = st.CheckpointManifestRef(ctx, *checkpoint)
+			if err == nil && ref.WorkflowID != wf {
+				return usageError{fmt.Sprintf("checkpoint %s belongs to workflow %s, not %s", ref.CheckpointID, ref.WorkflowID, wf)}
+			}
+		} else {
+			ref, err = st.LatestManifestRef(ctx, wf, *namespace)
+		}
+		switch {
+		case errors.Is(err, store.ErrNotFound) && *checkpoint != "":
+			return fmt.Errorf("no checkpoint %s", *checkpoint)
+		case errors.Is(err, store.ErrNotFound) && *namespace != "":
+			return fmt.Errorf("workflow %s has no checkpoints in namespace %q", wf, *namespace)
+		case errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("workflow %s has no checkpoints", wf)
+		case err != nil:
+			return err
+		case !ref.HasManifest:
+			return fmt.Errorf("no sources recorded for checkpoint %s (save it with sources, or set them with workflow/configure)", ref.CheckpointID)
+		}
+		ds, err := checkpointDrift(ctx, st, ref, log)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			err = printJSON(e.stdout, ds)
+		} else {
+			err = driftText(e.stdout, ref, ds)
+		}
+		if err != nil {
+			return err
+		}
+		if ds.Drifted {
+			return errProblemFound
+		}
+		return nil
+	})
+}
+
+// checkpointDrift checks ref's recorded sources against the disk (what drift/status answers).
+func checkpointDrift(ctx context.Context, st *store.Store, ref store.ManifestRef, log *slog.Logger) (rpc.DriftStatus, error) {
+	base, err := st.Manifest(ctx, ref)
+	if err != nil {
+		return rpc.DriftStatus{}, err
+	}
+	rep, _, err := rpc.CheckDrift(ctx, base, nil, log)
+	if err != nil {
+		return rpc.DriftStatus{}, fmt.Errorf("checking %s: %w", base.Spec.Root, err)
+	}
+	return rpc.NewDriftStatus(ref, base.Spec.Root, rep), nil
+}
+
+// planDrift is resume/plan's drift check for ckptd plan: nil and "" when the checkpoint has no
+// sources recorded, else its status and the problem message if it drifted.
+func planDrift(ctx context.Context, st *store.Store, checkpointID string, log *slog.Logger) (*rpc.DriftStatus, string) {
+	ref, err := st.CheckpointManifestRef(ctx, checkpointID)
+	if err != nil || !ref.HasManifest {
+		return nil, ""
+	}
+	ds, err := checkpointDrift(ctx, st, ref, log)
+	if err != nil {
+		return nil, "could not check the recorded sources for drift: " + err.Error()
+	}
+	return &ds, rpc.DriftProblem(ds)
+}
+
+func driftText(w io.Writer, ref store.ManifestRef, ds rpc.DriftStatus) error {
+	tw := newTable(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("workflow", ref.WorkflowID)
+	row("namespace", orDash(ref.Namespace))
+	step := fmt.Sprintf("step %d", ref.Step)
+	if ref.StepName != "" {
+		step += fmt.Sprintf(" %q", ref.StepName)
+	}
+	row("checkpoint", fmt.Sprintf("%s (seq %d, %s, %s)", ref.CheckpointID, ref.Seq, step, ref.Phase))
+	row("sources", fmt.Sprintf("%s (%s checked)", ds.Root, plural(ds.FilesChecked, "file", "files")))
+	if ds.Drifted {
+		row("drifted", fmt.Sprintf("yes: %d changed, %d added, %d deleted", len(ds.Changed), len(ds.Added), len(ds.Deleted)))
+	} else {
+		row("drifted", "no")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if ds.Drifted {
+		fmt.Fprintln(w)
+		tw = newTable(w)
+		fmt.Fprintln(tw, "  KIND\tPATH\tOLD SIZE\tNEW SIZE")
+		size := func(n int64, present bool) string {
+			if !present {
+				return "-"
+			}
+			return fmtBytes(n)
+		}
+		for _, l := range []struct {
+			kind string
+			fcs  []rpc.DriftFileChange
+		}{{"changed", ds.Changed}, {"added", ds.Added}, {"deleted", ds.Deleted}} {
+			for _, fc := range l.fcs {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", l.kind, fc.Path, size(fc.OldSize, fc.OldType != ""), size(fc.NewSize, fc.NewType != ""))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(ds.Warnings) > 0 {
+		fmt.Fprintf(w, "\n%s:\n", plural(len(ds.Warnings), "warning", "warnings"))
+		for _, s := range ds.Warnings {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
+	}
+	return nil
+}
