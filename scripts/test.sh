@@ -22,6 +22,8 @@ go test -race -count=1 ./...
 if [ -d clients/python/tests ]; then
   echo "== python client"
   (cd clients/python && python3 -m pytest -q tests)
+  echo "== python client installs (online and offline wheel)"
+  bash clients/python/scripts/check_install.sh
 fi
 
 if [ -f clients/ts/package.json ]; then
