@@ -221,7 +221,8 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}}, nil
 }
 
-func summary(sm store.Summary) Summary {
+// SummaryOf renders a store summary in the protocol's shape (also used by the CLI's --json).
+func SummaryOf(sm store.Summary) Summary {
 	out := Summary{
 		CheckpointID:       sm.CheckpointID,
 		WorkflowID:         sm.WorkflowID,
@@ -353,7 +354,7 @@ func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	var r reply
 	res := LoadResult{
-		Summary:        summary(lr.Summary),
+		Summary:        SummaryOf(lr.Summary),
 		CompletedTasks: orEmptyArray(lr.CompletedTasks),
 		PendingTasks:   orEmptyArray(lr.PendingTasks),
 		PendingWrites:  pendingWrites(lr.PendingWrites),
@@ -388,7 +389,7 @@ func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	out := ListResult{Checkpoints: make([]Summary, 0, len(sums))}
 	for _, sm := range sums {
-		out.Checkpoints = append(out.Checkpoints, summary(sm))
+		out.Checkpoints = append(out.Checkpoints, SummaryOf(sm))
 	}
 	return reply{result: out}, nil
 }

@@ -79,7 +79,8 @@ func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error)
 	return reply{result: CompleteResult{WorkflowID: p.WorkflowID, Deleted: n}}, nil
 }
 
-func workflowInfo(w store.WorkflowInfo) WorkflowInfo {
+// WorkflowInfoOf renders a store workflow in the protocol's shape (workflow/list, CLI --json).
+func WorkflowInfoOf(w store.WorkflowInfo) WorkflowInfo {
 	out := WorkflowInfo{
 		WorkflowID:  w.WorkflowID,
 		Count:       w.Count,
@@ -89,7 +90,7 @@ func workflowInfo(w store.WorkflowInfo) WorkflowInfo {
 		StoredBytes: w.StoredBytes,
 	}
 	if w.Latest != nil {
-		sm := summary(*w.Latest)
+		sm := SummaryOf(*w.Latest)
 		out.Latest = &sm
 	}
 	return out
@@ -106,7 +107,7 @@ func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	}
 	out := WorkflowListResult{Workflows: make([]WorkflowInfo, 0, len(ws))}
 	for _, w := range ws {
-		out.Workflows = append(out.Workflows, workflowInfo(w))
+		out.Workflows = append(out.Workflows, WorkflowInfoOf(w))
 	}
 	return reply{result: out}, nil
 }

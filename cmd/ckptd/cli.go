@@ -206,48 +206,7 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 // summaryJSON is a checkpoint summary in the protocol's shape (checkpoint/list).
-func summaryJSON(sm store.Summary) rpc.Summary {
-	out := rpc.Summary{
-		CheckpointID:       sm.CheckpointID,
-		WorkflowID:         sm.WorkflowID,
-		Namespace:          sm.Namespace,
-		Seq:                sm.Seq,
-		Phase:              string(sm.Phase),
-		Step:               sm.Step,
-		StepName:           sm.StepName,
-		WorkflowHash:       sm.WorkflowHash,
-		Metadata:           sm.Metadata,
-		CreatedAt:          timestamp(sm.CreatedAt),
-		StateType:          string(sm.StateType),
-		SizeBytes:          sm.SizeBytes,
-		StoredBytes:        sm.StoredBytes,
-		SHA256:             sm.SHA256,
-		CompletedTaskCount: sm.CompletedTaskCount,
-		PendingTaskCount:   sm.PendingTaskCount,
-	}
-	if sm.ParentID != "" {
-		p := sm.ParentID
-		out.ParentID = &p
-	}
-	if sm.Error != nil {
-		out.Error = &rpc.StepError{Message: sm.Error.Message, Retryable: sm.Error.Retryable}
-	}
-	return out
-}
+func summaryJSON(sm store.Summary) rpc.Summary { return rpc.SummaryOf(sm) }
 
 // workflowJSON is a workflow in the protocol's shape (workflow/list).
-func workflowJSON(w store.WorkflowInfo) rpc.WorkflowInfo {
-	out := rpc.WorkflowInfo{
-		WorkflowID:  w.WorkflowID,
-		Count:       w.Count,
-		Resumable:   w.Resumable,
-		Completed:   w.Completed,
-		UpdatedAt:   timestamp(w.UpdatedAt),
-		StoredBytes: w.StoredBytes,
-	}
-	if w.Latest != nil {
-		sm := summaryJSON(*w.Latest)
-		out.Latest = &sm
-	}
-	return out
-}
+func workflowJSON(w store.WorkflowInfo) rpc.WorkflowInfo { return rpc.WorkflowInfoOf(w) }
