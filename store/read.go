@@ -319,21 +319,8 @@ func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (L
 }
 
 func (s *Store) refsAfter(ctx context.Context, tx *sql.Tx, wf, ns string, rowid int64) ([]ckRef, error) {
-	rows, err := s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
-		AND seq < (SELECT seq FROM checkpoints WHERE id = ?) ORDER BY seq DESC`, wf, ns, rowid)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var refs []ckRef
-	for rows.Next() {
-		var r ckRef
-		if err := rows.Scan(&r.rowid, &r.id); err != nil {
-			return nil, err
-		}
-		refs = append(refs, r)
-	}
-	return refs, rows.Err()
+	return scanRefs(s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
+		AND seq < (SELECT seq FROM checkpoints WHERE id = ?) ORDER BY seq DESC`, wf, ns, rowid))
 }
 
 // Maximum List limit.
