@@ -3,6 +3,7 @@ package rpc
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -961,8 +962,7 @@ func validString(b []byte, i int) int {
 		// Fast path: skip 8 bytes at a time while none is '"', '\\', a control character or
 		// non-ASCII (SWAR: each test is exact about whether any byte matches).
 		for j+8 <= len(b) {
-			v := uint64(b[j]) | uint64(b[j+1])<<8 | uint64(b[j+2])<<16 | uint64(b[j+3])<<24 |
-				uint64(b[j+4])<<32 | uint64(b[j+5])<<40 | uint64(b[j+6])<<48 | uint64(b[j+7])<<56
+			v := binary.LittleEndian.Uint64(b[j:])
 			q := v ^ (swarOnes * '"')
 			s := v ^ (swarOnes * '\\')
 			if ((v-swarOnes*0x20)&^v|(q-swarOnes)&^q|(s-swarOnes)&^s|v)&swarHigh != 0 {

@@ -80,10 +80,7 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	return reply{result: StatsResult{
 		UptimeSeconds: time.Since(s.started).Seconds(),
 		Counters:      s.metrics.counters(),
-		Latency: map[string]LatencyStats{
-			"save": s.metrics.save.stats(),
-			"load": s.metrics.load.stats(),
-		},
+		Latency:       s.metrics.latencies(),
 		DB: DBStats{
 			Path:              db.Path,
 			SizeBytes:         db.SizeBytes,
@@ -93,6 +90,7 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 			States:            db.States,
 			StatesStoredBytes: db.StatesStoredBytes,
 			Pragmas:           pragmas,
+			Compaction:        CompactionStats(s.store.CompactionStats()),
 		},
 	}}, nil
 }

@@ -13,10 +13,28 @@ import (
 type metrics struct {
 	saves, loads, failures, integrity, bytesIn, bytesOut, dedup, pruned atomic.Int64
 	save, load                                                          *latency
+	// byMethod times every method from the moment it may start (after the requests it is
+	// ordered behind) until its reply is written. Filled once in New, read-only afterwards.
+	byMethod map[string]*latency
 }
 
-func newMetrics() *metrics {
-	return &metrics{save: newLatency(4096), load: newLatency(4096)}
+func newMetrics(methods []string) *metrics {
+	m := &metrics{save: newLatency(4096), load: newLatency(4096), byMethod: map[string]*latency{}}
+	for _, name := range methods {
+		m.byMethod[name] = newLatency(1024)
+	}
+	return m
+}
+
+// latencies reports save and load (store time) plus every method that was called.
+func (m *metrics) latencies() map[string]LatencyStats {
+	out := map[string]LatencyStats{"save": m.save.stats(), "load": m.load.stats()}
+	for name, l := range m.byMethod {
+		if st := l.stats(); st.Count > 0 {
+			out[name] = st
+		}
+	}
+	return out
 }
 
 func (m *metrics) add(c *atomic.Int64, n int64) { c.Add(n) }

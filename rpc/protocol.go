@@ -367,6 +367,17 @@ type DBStats struct {
 	// Pragmas are the SQLite settings in force on the connection saves commit through
 	// (store.PragmaNames; docs/durability.md), e.g. "synchronous": "2" for --durability full.
 	Pragmas map[string]string `json:"pragmas,omitempty"`
+	// Compaction is this process's deferred compression: states saved raw and not yet compressed,
+	// and what the compactor has done since start.
+	Compaction CompactionStats `json:"compaction"`
+}
+
+// CompactionStats is DBStats.Compaction.
+type CompactionStats struct {
+	PendingStates int   `json:"pendingStates"`
+	PendingBytes  int64 `json:"pendingBytes"`
+	Compacted     int64 `json:"compacted"`
+	SavedBytes    int64 `json:"savedBytes"`
 }
 
 // StatsResult answers stats.

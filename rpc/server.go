@@ -101,7 +101,6 @@ func New(st *store.Store, opts Options) *Server {
 		store:        st,
 		opts:         opts,
 		log:          opts.Logger,
-		metrics:      newMetrics(),
 		started:      time.Now(),
 		events:       map[string]bool{},
 		shutdownDone: make(chan struct{}),
@@ -134,6 +133,11 @@ func New(st *store.Store, opts Options) *Server {
 	for name, m := range s.langGraphMethods() { // lg/*, thread/*: rpc/langgraph.go
 		s.methods[name] = m
 	}
+	names := make([]string, 0, len(s.methods))
+	for name := range s.methods {
+		names = append(names, name)
+	}
+	s.metrics = newMetrics(names)
 	st.SetOnPruned(s.onPruned)
 	return s
 }
@@ -222,10 +226,12 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 			defer close(finished)
 		}
 		<-prev
+		start := time.Now()
 		// Handlers run on a context that outlives the client's connection: an accepted save is
 		// committed even if the client goes away before the reply.
 		r, err := s.safeRun(m, c)
 		s.respond(conn, req, r, err)
+		s.metrics.byMethod[req.Method].observe(time.Since(start))
 	}()
 }
 

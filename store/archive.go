@@ -259,7 +259,7 @@ func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf WorkflowReco
 			Phase: cp.Phase, Step: cp.Step, StepName: cp.StepName, Error: cp.Error, State: cp.State,
 			StateType: cp.StateType, CompletedTasks: cp.CompletedTasks, PendingTasks: cp.PendingTasks,
 			WorkflowHash: cp.WorkflowHash, Metadata: cp.Metadata,
-		}}
+		}, compressNow: true} // a bulk load: nothing waits on each row
 		if sj.req.StateType == StateNone {
 			sj.req.State = nil
 		}
@@ -327,22 +327,9 @@ func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf WorkflowReco
 func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp Checkpoint, seq int64, now time.Time) error {
 	ws := s.ws
 	r := &sj.req
-	var stored int64
-	dedup := false
-	if sj.hasState {
-		err := ws.selState.QueryRowContext(ctx, sj.sha).Scan(&stored)
-		switch {
-		case err == nil:
-			dedup = true
-		case errors.Is(err, sql.ErrNoRows):
-			if _, err := ws.insState.ExecContext(ctx, sj.sha, sj.enc, len(r.State), len(sj.data), sj.data); err != nil {
-				return err
-			}
-			stored = int64(len(sj.data))
-			s.walPending.Add(stored)
-		default:
-			return err
-		}
+	stored, dedup, err := s.storeState(ctx, w, sj)
+	if err != nil {
+		return err
 	}
 	created := cp.CreatedAt
 	if created.IsZero() {

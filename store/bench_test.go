@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -61,9 +62,13 @@ func uniqueState(base []byte, i int) []byte {
 	return st
 }
 
-func benchStore(b *testing.B, durability string) *Store {
-	s, err := Open(context.Background(), Options{Path: filepath.Join(b.TempDir(), "bench.db"), Durability: durability,
-		DefaultRetention: Retention{KeepLast: DefaultKeepLast}})
+func benchStore(b *testing.B, durability string, mut ...func(*Options)) *Store {
+	opts := Options{Path: filepath.Join(b.TempDir(), "bench.db"), Durability: durability,
+		DefaultRetention: Retention{KeepLast: DefaultKeepLast}}
+	for _, m := range mut {
+		m(&opts)
+	}
+	s, err := Open(context.Background(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,9 +79,12 @@ func benchStore(b *testing.B, durability string) *Store {
 func BenchmarkSave(b *testing.B) {
 	for _, sz := range benchSizes {
 		base := checkpointJSON(rand.New(rand.NewPCG(1, uint64(sz.n))), sz.n)
-		for _, dur := range []string{DurabilityFull, DurabilityNormal} {
-			b.Run(sz.name+"/"+dur, func(b *testing.B) {
-				s := benchStore(b, dur)
+		for _, mode := range []string{DurabilityFull, DurabilityNormal, DurabilityFull + "-inline"} {
+			// full / normal: the default deferred compression (the compactor compresses after
+			// the save); full-inline: compressed on the save path, for comparison.
+			dur, inline := strings.CutSuffix(mode, "-inline")
+			b.Run(sz.name+"/"+mode, func(b *testing.B) {
+				s := benchStore(b, dur, func(o *Options) { o.CompressInline = inline })
 				ctx := context.Background()
 				lat := make(latencies, 0, b.N)
 				states := make([][]byte, 8)
@@ -128,6 +136,7 @@ func BenchmarkSavePendingTasks1000(b *testing.B) {
 	}
 }
 
+// BenchmarkLoad loads compressed states (the compactor has run), the common case for a resume.
 func BenchmarkLoad(b *testing.B) {
 	for _, sz := range benchSizes {
 		base := checkpointJSON(rand.New(rand.NewPCG(2, uint64(sz.n))), sz.n)
@@ -140,6 +149,9 @@ func BenchmarkLoad(b *testing.B) {
 					PendingTasks: []byte(`[{"id":"t"}]`)}); err != nil {
 					b.Fatal(err)
 				}
+			}
+			if err := s.Compact(ctx); err != nil {
+				b.Fatal(err)
 			}
 			lat := make(latencies, 0, b.N)
 			b.SetBytes(int64(len(base)))

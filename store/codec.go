@@ -23,6 +23,7 @@ const (
 	encRaw         = 0
 	encZstd        = 1 // one zstd frame
 	encZstdChunked = 2 // chunk table + independent zstd frames, (de)compressed in parallel
+	encRawPending  = 3 // raw, waiting for the compactor (store/compact.go); read like encRaw
 )
 
 // minChunk is the smallest raw chunk of encZstdChunked.
@@ -120,7 +121,7 @@ func (c *codec) decode(data []byte, enc int, size int64) ([]byte, error) {
 		return nil, fmt.Errorf("bad recorded size %d", size)
 	}
 	switch enc {
-	case encRaw:
+	case encRaw, encRawPending:
 		if int64(len(data)) != size {
 			return nil, fmt.Errorf("stored %d bytes, expected %d", len(data), size)
 		}

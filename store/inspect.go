@@ -58,7 +58,8 @@ type Inspection struct {
 	Checkpoint
 	// Corrupt is why verification failed; empty when the checkpoint is intact.
 	Corrupt string
-	// Encoding is how the state is stored: "raw", "zstd", "chunked zstd", or "" without state
+	// Encoding is how the state is stored: "raw", "raw (compression pending)", "zstd",
+	// "chunked zstd", or "" without state
 	// (or when its blob is missing).
 	Encoding string
 	// SharedWith counts the other checkpoints that refer to the same stored state bytes.
@@ -101,6 +102,8 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (Inspection, e
 			in.Encoding = "chunked zstd"
 		case enc.Int64 == encRaw:
 			in.Encoding = "raw"
+		case enc.Int64 == encRawPending:
+			in.Encoding = "raw (compression pending)"
 		default:
 			in.Encoding = fmt.Sprintf("unknown(%d)", enc.Int64)
 		}

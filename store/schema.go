@@ -188,6 +188,12 @@ CREATE TABLE drift_entries (
 	data BLOB NOT NULL           -- drift.EncodeEntry
 ) WITHOUT ROWID;
 `,
+	// 5: deferred compression (store/compact.go): states saved raw with encoding 3 until the
+	// compactor compresses them; this index finds the leftovers at start-up. Older builds must
+	// not open such a database (they would read encoding 3 as corrupt), hence a schema step.
+	`
+CREATE INDEX states_pending ON states(encoding) WHERE encoding = 3;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

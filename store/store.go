@@ -48,6 +48,7 @@ const (
 	maxBatchJobs       = 128
 	maxBatchBytes      = 32 << 20
 	readPoolSize       = 4
+	closeCompactBudget = time.Second // Close compresses pending states for at most this long
 )
 
 // Options configures Open.
@@ -57,6 +58,7 @@ type Options struct {
 	DefaultRetention  Retention // used by workflows without their own; zero value = keep everything (pass KeepLast: DefaultKeepLast for the CLI default)
 	MaxStateBytes     int64     // default 64 MiB
 	CompressThreshold int       // zstd above this many bytes (default 4096; < 0: never)
+	CompressInline    bool      // compress on the save path instead of deferring it to the compactor (store/compact.go)
 	Logger            *slog.Logger
 	Now               func() time.Time // default time.Now
 
@@ -97,6 +99,8 @@ type Store struct {
 
 	writes     atomic.Uint64 // commits, for the checkpointer
 	walPending atomic.Int64  // approx. bytes written since the last checkpoint
+	lastCommit atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
+	compact    *compactor
 	deletes    atomic.Uint64 // checkpoints removed by retention (for background vacuum)
 	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	manifests  manifestCache // decoded drift manifests by checkpoint rowid (store/manifests.go)
@@ -162,6 +166,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{
 		opts: opts, path: abs, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
 		wake: make(chan struct{}, 1), stopBG: make(chan struct{}), ckptKick: make(chan struct{}, 1),
+		compact: newCompactor(),
 	}
 	if err := s.openConns(ctx, created); err != nil {
 		s.closeConns()
@@ -177,6 +182,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if s.ws == nil { // opened at an older schema (tests only): read-mostly
 		return s, nil
+	}
+	if err := s.scanPending(ctx); err != nil {
+		s.log.Warn("ckptd store: looking for states left uncompressed failed", "err", err)
+	}
+	if !opts.noBackground {
+		s.bgWG.Add(1)
+		go s.compactLoop()
 	}
 	if _, err := s.ExpireIdle(ctx); err != nil {
 		s.log.Warn("ckptd store: idle expiry at open failed", "err", err)
@@ -411,6 +423,15 @@ func (s *Store) notifyPruned(workflowID string, ids []string, reason string) {
 // database file and closes it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.ws != nil {
+			// Leave a compact database behind when that is quick; whatever is left waits for
+			// the next Open.
+			ctx, cancel := context.WithTimeout(context.Background(), closeCompactBudget)
+			if err := s.Compact(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				s.log.Warn("ckptd store: compressing pending states at close failed", "err", err)
+			}
+			cancel()
+		}
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()

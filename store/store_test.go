@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -49,13 +50,16 @@ func TestSaveLoadRoundtrip(t *testing.T) {
 			require.NotEmpty(t, res.CheckpointID)
 			require.Equal(t, int64(1), res.Seq)
 			require.Equal(t, int64(len(req.State)), res.SizeBytes)
-			if tc.compress {
-				require.Less(t, res.StoredBytes, res.SizeBytes)
-			} else {
-				require.Equal(t, res.SizeBytes, res.StoredBytes)
-			}
+			// Compression is deferred: the save stores the state raw, the compactor shrinks it.
+			require.Equal(t, res.SizeBytes, res.StoredBytes)
+			require.NoError(t, s.Compact(ctx))
 			cp, err := s.Load(ctx, res.CheckpointID)
 			require.NoError(t, err)
+			if tc.compress {
+				require.Less(t, cp.StoredBytes, cp.SizeBytes)
+			} else {
+				require.Equal(t, cp.SizeBytes, cp.StoredBytes)
+			}
 			require.Equal(t, tc.wantType, cp.StateType)
 			if tc.wantType == StateNone {
 				require.Nil(t, cp.State)
@@ -79,7 +83,6 @@ func TestSaveLoadRoundtrip(t *testing.T) {
 			require.Equal(t, 2, cp.CompletedTaskCount)
 			require.Equal(t, 1, cp.PendingTaskCount)
 			require.Equal(t, res.CreatedAt, cp.CreatedAt)
-			require.Equal(t, res.StoredBytes, cp.StoredBytes)
 			require.Equal(t, FormatVersion, cp.FormatVersion)
 
 			lr, err := s.LoadLatest(ctx, req.WorkflowID, "ns")
@@ -111,14 +114,18 @@ func TestCompressionThreshold(t *testing.T) {
 		{"never", -1, false},
 		{"tiny", 16, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := openTest(t, func(o *Options) { o.CompressThreshold = tc.threshold })
-			res := mustSave(t, s, SaveRequest{WorkflowID: "w", State: state})
-			require.Equal(t, tc.compressed, res.StoredBytes < res.SizeBytes, "stored %d of %d", res.StoredBytes, res.SizeBytes)
-			cp, err := s.Load(context.Background(), res.CheckpointID)
-			require.NoError(t, err)
-			require.Equal(t, state, cp.State)
-		})
+		for _, inline := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/inline=%v", tc.name, inline), func(t *testing.T) {
+				s := openTest(t, func(o *Options) { o.CompressThreshold, o.CompressInline = tc.threshold, inline })
+				res := mustSave(t, s, SaveRequest{WorkflowID: "w", State: state})
+				require.Equal(t, tc.compressed && inline, res.StoredBytes < res.SizeBytes, "stored %d of %d", res.StoredBytes, res.SizeBytes)
+				require.NoError(t, s.Compact(context.Background()))
+				cp, err := s.Load(context.Background(), res.CheckpointID)
+				require.NoError(t, err)
+				require.Equal(t, state, cp.State)
+				require.Equal(t, tc.compressed, cp.StoredBytes < cp.SizeBytes, "stored %d of %d", cp.StoredBytes, cp.SizeBytes)
+			})
+		}
 	}
 }
 
@@ -298,6 +305,7 @@ func TestCorruption(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		ids = append(ids, mustSave(t, s, SaveRequest{WorkflowID: "w", State: checkpointJSON(rng, 8<<10)}).CheckpointID)
 	}
+	require.NoError(t, s.Compact(ctx))
 	// 3: compressed blob with garbage (does not decompress); 2: raw-length bytes that mismatch
 	corruptState(t, s, ids[3], []byte("garbage that is not zstd"))
 	cp2, err := s.Load(ctx, ids[2])

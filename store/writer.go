@@ -179,6 +179,7 @@ func (s *Store) runBatch(batch []*job) {
 		break
 	}
 	s.writes.Add(1)
+	s.lastCommit.Store(time.Now().UnixNano())
 	vacuum := false
 	for _, j := range batch {
 		if j.err == nil && j.vacuum {

@@ -364,6 +364,7 @@ export interface StatsResult {
     pruned: number;
     [key: string]: number;
   };
+  /** `save`/`load`: store time; every other key is a method name (e.g. `"lg/put"`). */
   latency: { save: LatencyStats; load: LatencyStats; [key: string]: LatencyStats };
   db: {
     path: string;
@@ -373,6 +374,8 @@ export interface StatsResult {
     checkpoints: number;
     states: number;
     statesStoredBytes: number;
+    /** Deferred compression in this daemon (docs/protocol.md, `stats`). */
+    compaction: { pendingStates: number; pendingBytes: number; compacted: number; savedBytes: number };
     [key: string]: unknown;
   };
   [key: string]: unknown;
