@@ -143,9 +143,20 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 		case "", "json":
 			req.StateType = store.StateJSON
 			// jsonValid, not json.Valid: encoding/json accepts invalid UTF-8 inside strings,
-			// and a json state must be UTF-8 JSON text (like a frame body).
-			if !jsonValid(req.State) {
-				return req, invalidParams("stateType", "is json but the attachment is not valid UTF-8 JSON")
+			// and a json state must be UTF-8 JSON text (like a frame body). A large state is
+			// checked by the store while it hashes and writes it (nothing is stored if it fails):
+			// at ~650 MB/s validation would otherwise add 0.15 ms to a 100 KB save.
+			state := req.State
+			check := func() error {
+				if !jsonValid(state) {
+					return &store.InvalidError{Field: "stateType", Reason: "is json but the attachment is not valid UTF-8 JSON"}
+				}
+				return nil
+			}
+			if len(state) >= concurrentCheckMin {
+				req.Check = check
+			} else if err := check(); err != nil {
+				return req, storeError(err)
 			}
 		case "bytes":
 			req.StateType = store.StateBytes
@@ -169,6 +180,10 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 	}
 	return req, nil
 }
+
+// concurrentCheckMin is the smallest JSON attachment validated concurrently with the write
+// (store.SaveRequest.Check) rather than before it.
+const concurrentCheckMin = 32 << 10
 
 func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	start := time.Now()

@@ -49,6 +49,8 @@ type Server struct {
 	shutdownDone chan struct{}
 
 	drift driftState // manifest caches and drift watches (rpc/drift.go)
+
+	workers workers // goroutines that run handlers (rpc/workers.go)
 }
 
 // kind says how a method is scheduled.
@@ -105,6 +107,7 @@ func New(st *store.Store, opts Options) *Server {
 		events:       map[string]bool{},
 		shutdownDone: make(chan struct{}),
 	}
+	s.workers.tasks = make(chan func())
 	s.codec = NewCodec(framing.Limits{
 		MaxBody:       2*opts.MaxStateBytes + 1<<20,
 		MaxAttachment: opts.MaxStateBytes,
@@ -219,7 +222,7 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 	}
 	s.mu.Unlock()
 
-	go func() {
+	s.workers.run(func() {
 		defer s.inflight.Done()
 		defer c.release()
 		if finished != nil {
@@ -232,7 +235,7 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 		r, err := s.safeRun(m, c)
 		s.respond(conn, req, r, err)
 		s.metrics.byMethod[req.Method].observe(time.Since(start))
-	}()
+	})
 }
 
 // safeRun runs a handler and turns a panic into an internal error: client input must never

@@ -194,3 +194,42 @@ func reopenRead(t *testing.T, path string) *Store {
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
+
+// SaveRequest.Check runs beside the write; a failing check undoes the save alone, also inside a
+// group-committed batch.
+func TestSaveCheck(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	bad := &InvalidError{Field: "stateType", Reason: "not JSON"}
+	state := checkpointJSON(rand.New(rand.NewPCG(4, 4)), 40<<10)
+	slowOK := func() error { time.Sleep(5 * time.Millisecond); return nil }
+	slowBad := func() error { time.Sleep(5 * time.Millisecond); return bad }
+
+	// single
+	_, err := s.Save(ctx, SaveRequest{WorkflowID: "w", State: state, Check: slowBad})
+	require.ErrorIs(t, err, bad)
+	_, err = s.Save(ctx, SaveRequest{WorkflowID: "w", State: state, Check: func() error { panic("boom") }})
+	require.ErrorContains(t, err, "internal error")
+
+	// a batch: the writer is busy with a slow save while three more queue up
+	p1 := s.Enqueue(SaveRequest{WorkflowID: "w", State: state, Check: slowOK})
+	p2 := s.Enqueue(SaveRequest{WorkflowID: "w", State: uniqueState(state, 2), Check: slowBad})
+	p3 := s.Enqueue(SaveRequest{WorkflowID: "w", State: uniqueState(state, 3), Check: slowOK})
+	r1, err := p1.Wait(ctx)
+	require.NoError(t, err)
+	_, err = p2.Wait(ctx)
+	var ie *InvalidError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "stateType", ie.Field)
+	r3, err := p3.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, r1.Seq+1, r3.Seq, "the failed save took no seq")
+
+	l, err := s.List(ctx, ListFilter{WorkflowID: "w"})
+	require.NoError(t, err)
+	require.Len(t, l, 2)
+	var states int
+	require.NoError(t, rawDB(t, s.Path()).QueryRow(`SELECT count(*) FROM states`).Scan(&states))
+	require.Equal(t, 2, states, "the failed save stored no state bytes")
+	require.Equal(t, 2, s.CompactionStats().PendingStates, "nor queued any for compression")
+}

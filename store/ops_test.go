@@ -372,6 +372,8 @@ func TestCountArray(t *testing.T) {
 		{``, 0, true, true}, {`null`, 0, true, true}, {` [ ] `, 0, false, true}, {`[1]`, 1, false, true},
 		{`[1,2,3]`, 3, false, true}, {`[[1,2],{"a":[3,4]},"x,y\"]"]`, 3, false, true}, {`[{}]`, 1, false, true},
 		{`{}`, 0, false, false}, {`"x"`, 0, false, false}, {`[1,2`, 0, false, false}, {`[1] x`, 0, false, false},
+		{`["a\\", "b,c"]`, 2, false, true}, {`["\\\"],", 1]`, 2, false, true}, {`["\"]`, 0, false, false},
+		{"[\n\t1 ,\r\n 2 ]\n", 2, false, true}, {`[""]`, 1, false, true}, {`[true,null,-1e5]`, 3, false, true},
 	} {
 		n, null, ok := countArray([]byte(tc.in))
 		require.Equal(t, tc.ok, ok, tc.in)

@@ -46,6 +46,9 @@ type saveJob struct {
 	contentHash []byte
 	compressNow bool // compress on the save path, never deferred (imports)
 
+	check    chan error // req.Check's result, nil once received (or without Check)
+	checkErr error
+
 	res SaveResult
 }
 
@@ -121,8 +124,22 @@ func (s *Store) prepareJob(j *job) {
 }
 
 // prepare validates the request and computes hashes, compressed bytes and metadata index rows.
+// It starts req.Check, whose result the writer collects before the save may commit.
 func (s *Store) prepare(sj *saveJob) error {
 	r := &sj.req
+	if r.Check != nil {
+		ch := make(chan error, 1)
+		sj.check = ch
+		check := r.Check
+		go func() {
+			defer func() {
+				if p := recover(); p != nil {
+					ch <- fmt.Errorf("save: internal error checking the request: %v", p)
+				}
+			}()
+			ch <- check()
+		}()
+	}
 	if r.WorkflowID == "" {
 		return invalid("workflowId", "required")
 	}
@@ -370,8 +387,26 @@ func (s *Store) storeState(ctx context.Context, w *wtx, sj *saveJob) (stored int
 	return stored, false, nil
 }
 
-// runSave executes one prepared save inside the writer's transaction.
+// checked waits for req.Check (if any) and returns its error. Writer goroutine only; a batch
+// retried after SQLITE_BUSY gets the same answer again.
+func (sj *saveJob) checked() error {
+	if sj.check != nil {
+		sj.checkErr = <-sj.check
+		sj.check = nil
+	}
+	return sj.checkErr
+}
+
+// runSave executes one prepared save inside the writer's transaction; a failed req.Check undoes
+// it (the caller rolls the job back on any error).
 func (s *Store) runSave(ctx context.Context, w *wtx, sj *saveJob) error {
+	if err := s.runSaveRows(ctx, w, sj); err != nil {
+		return err
+	}
+	return sj.checked()
+}
+
+func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	ws := s.ws
 	r := &sj.req
 	var (

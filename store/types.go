@@ -60,6 +60,10 @@ type SaveRequest struct {
 	// Manifest, if set, is the source fingerprint recorded with the checkpoint (EncodeManifest;
 	// store/manifests.go). It is not part of the idempotency digest.
 	Manifest *EncodedManifest
+	// Check, if set, is one more validation of the request (rpc: that a JSON state is UTF-8 JSON
+	// text) that runs concurrently with hashing and writing instead of before them. If it fails
+	// the save fails with its error (an *InvalidError for bad input) and nothing is stored.
+	Check func() error
 }
 
 // SaveResult is what a committed save reports.

@@ -162,6 +162,9 @@ func TestBadInputFramingAndEnvelope(t *testing.T) {
 		{"attachment not announced", framing.AppendFrame(nil, []byte(`{"jsonrpc":"2.0","id":12,"method":"checkpoint/save","params":{"workflowId":"w"}}`), []byte(`{}`), true), -32602, "12", "stateAttachment"},
 		{"attachment missing", frame(`{"jsonrpc":"2.0","id":13,"method":"checkpoint/save","params":{"workflowId":"w","stateAttachment":true}}`), -32602, "13", "stateAttachment"},
 		{"invalid UTF-8 JSON attachment", framing.AppendFrame(nil, []byte(`{"jsonrpc":"2.0","id":14,"method":"checkpoint/save","params":{"workflowId":"w","stateAttachment":true,"stateType":"json"}}`), []byte("\"\xff\""), true), -32602, "14", "stateType"},
+		// large JSON attachments are validated while the save is written: it must still fail whole
+		{"large invalid JSON attachment", framing.AppendFrame(nil, []byte(`{"jsonrpc":"2.0","id":"bigbad1","method":"checkpoint/save","params":{"workflowId":"w-big-bad","stateAttachment":true,"stateType":"json"}}`), append([]byte(`{"a":"`+strings.Repeat("x", 100<<10)), "\"}}"...), true), -32602, `"bigbad1"`, "stateType"},
+		{"large truncated JSON attachment", framing.AppendFrame(nil, []byte(`{"jsonrpc":"2.0","id":"bigbad2","method":"checkpoint/save","params":{"workflowId":"w-big-bad","stateAttachment":true,"stateType":"json"}}`), []byte(`{"a":"`+strings.Repeat("y", 100<<10)), true), -32602, `"bigbad2"`, "stateType"},
 		{"invalid UTF-8 bytes attachment is fine", framing.AppendFrame(nil, []byte(`{"jsonrpc":"2.0","id":15,"method":"checkpoint/save","params":{"workflowId":"w","stateAttachment":true,"stateType":"bytes"}}`), []byte("\xff\xfe"), true), 0, "15", ""},
 		{"two state sources", frame(`{"jsonrpc":"2.0","id":16,"method":"checkpoint/save","params":{"workflowId":"w","state":1,"stateBase64":"AA=="}}`), -32602, "16", "state"},
 		{"bad base64", frame(`{"jsonrpc":"2.0","id":17,"method":"checkpoint/save","params":{"workflowId":"w","stateBase64":"!!"}}`), -32602, "17", "stateBase64"},
