@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -176,6 +177,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		DefaultRetention: retention,
 		Logger:           log,
 	})
+	stdout, _ := e.stdout.(io.Closer)
+	growPipes(log, e.stdin, stdout)
 	serveErr := srv.Serve(ctx, e.stdin, e.stdout)
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, err)
