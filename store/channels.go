@@ -18,7 +18,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/klauspost/compress/s2"
@@ -281,30 +280,21 @@ func checkLGIDs(thread, checkpointID string) error {
 	return nil
 }
 
-// lgStmtCache holds the writer connection's prepared statements of the LangGraph write paths, so
-// that a put does not parse its SQL again every time (reads use Store.query's cache). Closing the
-// store's databases finalizes them (database/sql tracks statements per connection).
-var lgStmtCache sync.Map // lgStmtKey -> *sql.Stmt
-
-type lgStmtKey struct {
-	conn *sql.Conn
-	q    string
-}
-
-// wstmt returns the writer connection's prepared statement for q.
+// wstmt returns the writer connection's prepared statement for q, preparing it once, so that
+// the write paths do not parse their SQL again on every call (reads use Store.query's cache).
+// Writer goroutine only: wtx never leaves it. Closing the store's databases finalizes them.
 func (w *wtx) wstmt(ctx context.Context, q string) (*sql.Stmt, error) {
-	key := lgStmtKey{w.conn, q}
-	if st, ok := lgStmtCache.Load(key); ok {
-		return st.(*sql.Stmt), nil
+	if st, ok := w.s.wcache[q]; ok {
+		return st, nil
 	}
 	st, err := w.conn.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	if old, loaded := lgStmtCache.LoadOrStore(key, st); loaded {
-		_ = st.Close()
-		return old.(*sql.Stmt), nil
+	if w.s.wcache == nil {
+		w.s.wcache = map[string]*sql.Stmt{}
 	}
+	w.s.wcache[q] = st
 	return st, nil
 }
 
@@ -582,6 +572,74 @@ func (r *lgReader) blob(thread, ns, checkpointID, channel, version string) (*LGB
 }
 
 // writes returns a checkpoint's pending writes in (task_path, task_id, idx) order.
+// prefetchChunk bounds the (channel, version) pairs fetched by one query.
+const prefetchChunk = 32
+
+// prefetch reads the blobs of vs not read yet with one query per prefetchChunk pairs (instead
+// of one per channel), so that blob() finds them.
+func (r *lgReader) prefetch(thread, ns, checkpointID string, vs []chanVer) error {
+	var want []chanVer
+	seen := map[[2]string]bool{}
+	for _, v := range vs {
+		k := [2]string{v.channel, v.key}
+		if _, done := r.blobs[[4]string{thread, ns, v.channel, v.key}]; done || seen[k] {
+			continue
+		}
+		seen[k] = true
+		want = append(want, v)
+	}
+	for len(want) > 0 {
+		n := min(len(want), prefetchChunk)
+		chunk := want[:n]
+		want = want[n:]
+		args := make([]any, 0, 2+2*n)
+		args = append(args, thread, ns)
+		var q strings.Builder
+		q.WriteString(`SELECT channel, version, type, encoding, size, sha256, data FROM lg_blobs
+		WHERE thread_id = ? AND namespace = ? AND (channel, version) IN (VALUES `)
+		for i, v := range chunk {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString("(?,?)")
+			args = append(args, v.channel, v.key)
+			r.blobs[[4]string{thread, ns, v.channel, v.key}] = nil // missing unless a row says otherwise
+		}
+		q.WriteByte(')')
+		rows, err := r.s.query(r.ctx, r.tx, q.String(), args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var channel, version, typ string
+			var enc, size int64
+			var sha, data []byte
+			if err := rows.Scan(&channel, &version, &typ, &enc, &size, &sha, &data); err != nil {
+				rows.Close()
+				return err
+			}
+			if typ == LGEmptyType {
+				continue
+			}
+			raw, err := r.s.unpack(checkpointID, fmt.Sprintf("blob %s@%s", channel, version), data, int(enc), size, sha)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			r.blobs[[4]string{thread, ns, channel, version}] = &LGBlob{Channel: channel, Version: version, Type: typ, Data: raw}
+			r.bytes += int64(len(raw))
+		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return err
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *lgReader) writes(thread, ns, checkpointID string) ([]LGWrite, error) {
 	rows, err := r.s.query(r.ctx, r.tx, `SELECT task_id, task_path, idx, channel, type, encoding, size, sha256, data
 		FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?`, thread, ns, checkpointID)
@@ -653,6 +711,9 @@ func (r *lgReader) fill(t *LGTuple) error {
 	vs, err := parseVersions(t.ChannelVersions)
 	if err != nil {
 		return &CorruptError{CheckpointID: t.CheckpointID, Reason: "stored channel versions do not parse: " + err.Error()}
+	}
+	if err := r.prefetch(t.ThreadID, t.Namespace, t.CheckpointID, vs); err != nil {
+		return err
 	}
 	for _, v := range vs {
 		b, err := r.blob(t.ThreadID, t.Namespace, t.CheckpointID, v.channel, v.key)

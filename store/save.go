@@ -415,7 +415,10 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 		exSeq, exCreated, exSz, exSto int64
 		exDedup                       bool
 	)
-	err := ws.existing.QueryRowContext(ctx, sj.id).Scan(&exWf, &exHash, &exSeq, &exCreated, &exSz, &exSto, &exState, &exDedup)
+	err := sql.ErrNoRows // an id this store just made (UUIDv7) cannot exist yet
+	if r.CheckpointID != "" {
+		err = ws.existing.QueryRowContext(ctx, sj.id).Scan(&exWf, &exHash, &exSeq, &exCreated, &exSz, &exSto, &exState, &exDedup)
+	}
 	switch {
 	case err == nil:
 		if exWf != r.WorkflowID {

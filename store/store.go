@@ -83,10 +83,13 @@ type Store struct {
 	wdb   *sql.DB   // the writer's pool (exactly one connection)
 	wconn *sql.Conn // held by the writer goroutine
 	ws    *writeStmts
-	rdb   *sql.DB // query_only read pool
-	rmu   sync.Mutex
-	rstmt map[string]*sql.Stmt // prepared read statements (per connection inside database/sql)
-	cdb   *sql.DB              // WAL checkpointer connection
+	// wcache holds the writer connection's other prepared statements by SQL text (wtx.wstmt);
+	// writer goroutine only.
+	wcache map[string]*sql.Stmt
+	rdb    *sql.DB // query_only read pool
+	rmu    sync.Mutex
+	rstmt  map[string]*sql.Stmt // prepared read statements (per connection inside database/sql)
+	cdb    *sql.DB              // WAL checkpointer connection
 
 	mu       sync.Mutex
 	queue    []*job

@@ -50,16 +50,29 @@ type wtx struct {
 	job  *job
 }
 
+// exec, query and queryRow run q as a prepared statement of the writer connection (wstmt).
 func (w *wtx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return w.conn.ExecContext(ctx, q, args...)
+	st, err := w.wstmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
 }
 
 func (w *wtx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return w.conn.QueryContext(ctx, q, args...)
+	st, err := w.wstmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
 }
 
 func (w *wtx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	return w.conn.QueryRowContext(ctx, q, args...)
+	st, err := w.wstmt(ctx, q)
+	if err != nil {
+		return w.conn.QueryRowContext(ctx, q, args...) // reports the same error through Scan
+	}
+	return st.QueryRowContext(ctx, args...)
 }
 
 // after registers f to run once the transaction has committed.
