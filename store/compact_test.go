@@ -233,3 +233,23 @@ func TestSaveCheck(t *testing.T) {
 	require.Equal(t, 2, states, "the failed save stored no state bytes")
 	require.Equal(t, 2, s.CompactionStats().PendingStates, "nor queued any for compression")
 }
+
+// A short-lived tool (NoCompactor) compresses its own saves inline and leaves states that a
+// daemon saved raw for the daemon.
+func TestNoCompactor(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ckptd.db")
+	daemon, err := Open(ctx, Options{Path: path, noBackground: true})
+	require.NoError(t, err)
+	defer daemon.Close()
+	rng := rand.New(rand.NewPCG(6, 6))
+	raw := mustSave(t, daemon, SaveRequest{WorkflowID: "w", State: checkpointJSON(rng, 20<<10)})
+
+	tool, err := Open(ctx, Options{Path: path, NoCompactor: true})
+	require.NoError(t, err)
+	own := mustSave(t, tool, SaveRequest{WorkflowID: "w", State: checkpointJSON(rng, 20<<10)})
+	require.Less(t, own.StoredBytes, own.SizeBytes, "compressed inline")
+	require.Zero(t, tool.CompactionStats().PendingStates)
+	require.NoError(t, tool.Close())
+	require.Equal(t, "raw (compression pending)", encodingOf(t, daemon, raw.CheckpointID))
+}

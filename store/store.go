@@ -59,8 +59,11 @@ type Options struct {
 	MaxStateBytes     int64     // default 64 MiB
 	CompressThreshold int       // zstd above this many bytes (default 4096; < 0: never)
 	CompressInline    bool      // compress on the save path instead of deferring it to the compactor (store/compact.go)
-	Logger            *slog.Logger
-	Now               func() time.Time // default time.Now
+	// NoCompactor leaves states saved raw by others (a running daemon) alone: no background
+	// compactor, no compression at Close. For short-lived tools; their own saves compress inline.
+	NoCompactor bool
+	Logger      *slog.Logger
+	Now         func() time.Time // default time.Now
 
 	// testing hooks
 	maxSchema    int  // migrate only up to this version (0: latest)
@@ -127,6 +130,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.MaxStateBytes <= 0 {
 		opts.MaxStateBytes = DefaultMaxStateBytes
 	}
+	if opts.NoCompactor {
+		opts.CompressInline = true
+	}
 	if opts.CompressThreshold == 0 {
 		opts.CompressThreshold = DefaultCompressThreshold
 	}
@@ -184,6 +190,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		go s.idleLoop()
 	}
 	if s.ws == nil { // opened at an older schema (tests only): read-mostly
+		return s, nil
+	}
+	if opts.NoCompactor {
 		return s, nil
 	}
 	if err := s.scanPending(ctx); err != nil {
@@ -426,7 +435,7 @@ func (s *Store) notifyPruned(workflowID string, ids []string, reason string) {
 // database file and closes it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.ws != nil {
+		if s.ws != nil && !s.opts.NoCompactor {
 			// Leave a compact database behind when that is quick; whatever is left waits for
 			// the next Open.
 			ctx, cancel := context.WithTimeout(context.Background(), closeCompactBudget)

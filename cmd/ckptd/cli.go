@@ -60,6 +60,8 @@ func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(
 		Durability:    g.durability,
 		MaxStateBytes: cliMaxStateBytes,
 		Logger:        log,
+		// A command must not spend its exit compressing a running daemon's fresh saves.
+		NoCompactor: true,
 	})
 	if err != nil {
 		return err
