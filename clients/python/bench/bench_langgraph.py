@@ -176,6 +176,7 @@ def main() -> int:
     assert a.checkpoint["channel_values"] == b.checkpoint["channel_values"]
     assert a.pending_writes == b.pending_writes
 
+    server = savers["ckptd"].client.stats()["latency"]  # the daemon's side of each call (last 1024)
     sizes_open = {"ckptd": file_size(ck_path), "sqlite": file_size(sq_path)}
     savers["ckptd"].close()
     savers["sqlite"].conn.close()
@@ -202,6 +203,14 @@ def main() -> int:
             results["ops"].setdefault(op, {})[pname] = {n: pct(times[n][op], p) * 1e3 for n in savers}
     print(row("DB size (MiB)", lambda n: sizes[n] / 2**20, None, "%9.2f"))
     print(row("DB size open (MiB)", lambda n: sizes_open[n] / 2**20, None, "%9.2f"))
+    print()
+    print("ckptd's share: time inside the daemon (stats); the rest is the client, serialisation, the pipe")
+    methods = {"put": "lg/put", "put_writes": "lg/putWrites", "get_tuple": "lg/get", "list10": "lg/list"}
+    for op, m in methods.items():
+        if m in server:
+            l = server[m]
+            print("%-22s p50 %.3f  p95 %.3f  p99 %.3f" % (m, l["p50Ms"], l["p95Ms"], l["p99Ms"]))
+            results.setdefault("daemon", {})[m] = l
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
