@@ -265,3 +265,44 @@ func TestTwoProcesses(t *testing.T) {
 		require.Equal(t, int64(150), lr.Seq, wf)
 	}
 }
+
+// TestConcurrentFirstReads: more first-time reads than the read pool has connections, each
+// inside its own read transaction, must not wait on each other for a connection to prepare
+// their statements on (they once deadlocked: every pooled connection held by a transaction
+// that waited for one more).
+func TestConcurrentFirstReads(t *testing.T) {
+	for round := 0; round < 5; round++ {
+		s := openTest(t)
+		for i := 0; i < 8; i++ {
+			mustSave(t, s, SaveRequest{WorkflowID: fmt.Sprintf("wf-%d", i), CheckpointID: fmt.Sprintf("c-%d", i),
+				State: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4*readPoolSize*4)
+		for g := 0; g < 4*readPoolSize; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				var err error
+				switch g % 4 {
+				case 0:
+					_, err = s.Load(ctx, fmt.Sprintf("c-%d", g%8))
+				case 1:
+					_, err = s.LoadLatest(ctx, fmt.Sprintf("wf-%d", g%8), "")
+				case 2:
+					_, err = s.List(ctx, ListFilter{WorkflowID: fmt.Sprintf("wf-%d", g%8), Limit: g})
+				case 3:
+					_, err = s.Workflows(ctx, g%2 == 0)
+				}
+				errs <- err
+			}(g)
+		}
+		wg.Wait()
+		cancel()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "round %d", round)
+		}
+	}
+}

@@ -65,31 +65,44 @@ func (x *summaryScan) finish() (Summary, error) {
 
 const maxReadStmts = 256
 
-// query runs q inside the read transaction tx through a cached prepared statement.
+// query runs q inside the read transaction tx, through a cached prepared statement once one
+// exists. On a miss it runs q on tx's own connection and prepares the cached statement in the
+// background: preparing on the pool here would wait for a second connection while tx holds one,
+// and as many concurrent first reads as the pool has connections would wait on each other forever.
 func (s *Store) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
 	s.rmu.Lock()
 	st, ok := s.rstmt[q]
+	if !ok && !s.rclosed && !s.rpreparing[q] && len(s.rstmt)+len(s.rpreparing) < maxReadStmts {
+		if s.rpreparing == nil {
+			s.rpreparing = map[string]bool{}
+		}
+		s.rpreparing[q] = true
+		go s.prepareRead(q)
+	}
 	s.rmu.Unlock()
 	if !ok {
-		var err error
-		if st, err = s.rdb.PrepareContext(ctx, q); err != nil {
-			return nil, err
-		}
-		s.rmu.Lock()
-		if s.rstmt == nil {
-			s.rstmt = map[string]*sql.Stmt{}
-		}
-		if old, dup := s.rstmt[q]; dup {
-			_ = st.Close()
-			st = old
-		} else if len(s.rstmt) < maxReadStmts {
-			s.rstmt[q] = st
-		} else {
-			defer st.Close() // cache full (many list shapes): use once
-		}
-		s.rmu.Unlock()
+		return tx.QueryContext(ctx, q, args...)
 	}
 	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
+
+// prepareRead prepares q on the read pool and caches it for query.
+func (s *Store) prepareRead(q string) {
+	st, err := s.rdb.PrepareContext(context.Background(), q)
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	delete(s.rpreparing, q)
+	if err != nil {
+		return // the next miss tries again; the query itself ran without it
+	}
+	if s.rclosed {
+		_ = st.Close()
+		return
+	}
+	if s.rstmt == nil {
+		s.rstmt = map[string]*sql.Stmt{}
+	}
+	s.rstmt[q] = st
 }
 
 // retryRead runs a read, retrying while the database is busy, and wraps errors.

@@ -92,7 +92,10 @@ type Store struct {
 	rdb    *sql.DB // query_only read pool
 	rmu    sync.Mutex
 	rstmt  map[string]*sql.Stmt // prepared read statements (per connection inside database/sql)
-	cdb    *sql.DB              // WAL checkpointer connection
+	// rpreparing: statements being prepared in the background; rclosed: the pool is closing.
+	rpreparing map[string]bool
+	rclosed    bool
+	cdb        *sql.DB // WAL checkpointer connection
 
 	mu       sync.Mutex
 	queue    []*job
@@ -397,6 +400,7 @@ func (s *Store) closeConns() {
 		_ = st.Close()
 	}
 	s.rstmt = nil
+	s.rclosed = true
 	s.rmu.Unlock()
 	for _, db := range []*sql.DB{s.rdb, s.cdb, s.wdb} {
 		if db != nil {
