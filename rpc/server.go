@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -161,6 +162,7 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 		cause = "client closed the connection"
 	case <-s.shutdownDone:
 		cause = "shutdown requested"
+		rwc.drained(500 * time.Millisecond)
 	case <-ctx.Done():
 		cause = "signal"
 	}
@@ -334,9 +336,37 @@ func (s *Server) onPruned(workflowID string, ids []string, reason string) {
 type stdio struct {
 	in  io.ReadCloser
 	out io.Writer
+	// reads counts Read calls begun; waiting is set while one is blocked in in.Read.
+	reads   atomic.Uint64
+	waiting atomic.Bool
 }
 
-func (s *stdio) Read(p []byte) (int, error)  { return s.in.Read(p) }
+func (s *stdio) Read(p []byte) (int, error) {
+	s.reads.Add(1)
+	s.waiting.Store(true)
+	n, err := s.in.Read(p)
+	s.waiting.Store(false)
+	return n, err
+}
+
+// drained waits (up to limit) until the read loop has consumed everything the client already
+// sent: it sits in Read and has not come back for more for a few milliseconds. Requests that
+// arrived together with shutdown are answered (refused) before the connection closes, rather
+// than left without a reply.
+func (s *stdio) drained(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		n := s.reads.Load()
+		if s.waiting.Load() {
+			time.Sleep(2 * time.Millisecond)
+			if s.waiting.Load() && s.reads.Load() == n {
+				return
+			}
+			continue
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 func (s *stdio) Write(p []byte) (int, error) { return s.out.Write(p) }
 func (s *stdio) Close() error                { return s.in.Close() }
 

@@ -403,3 +403,28 @@ func TestEndToEndRefusesNonSQLiteFile(t *testing.T) {
 	after, _ := os.ReadFile(db)
 	assert.Equal(t, strings.Repeat("not a database\n", 500), string(after))
 }
+
+// TestEndToEndShutdownAnswersRequestsSentWithIt: requests written in the same burst as shutdown
+// get a reply (refused with -32007) before the daemon exits, never silence.
+func TestEndToEndShutdownAnswersRequestsSentWithIt(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		d := startDaemon(t, filepath.Join(t.TempDir(), "c.db"))
+		var burst []byte
+		for id, method := range []string{"shutdown", "stats", "checkpoint/list", "stats"} {
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{}}`, id+1, method)
+			burst = framing.AppendFrame(burst, []byte(body), nil, false)
+		}
+		d.raw(burst)
+		got := map[string]*rpcErr{}
+		for len(got) < 4 {
+			m := d.read()
+			got[string(m.ID)] = m.Error
+		}
+		require.Nil(t, got["1"], "shutdown")
+		for _, id := range []string{"2", "3", "4"} {
+			require.NotNil(t, got[id], "request %s", id)
+			require.Equal(t, -32007, got[id].Code, "request %s", id)
+		}
+		require.NoError(t, waitExit(d.cmd, 10*time.Second))
+	}
+}
