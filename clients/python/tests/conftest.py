@@ -44,7 +44,8 @@ def db_path(tmp_path: Path) -> str:
 
 @pytest.fixture
 def client(ckptd_bin: str, db_path: str) -> Iterator["ckptd.Client"]:
-    c = ckptd.Client(db=db_path, binary=ckptd_bin, args=["--keep-last", "0"])
+    # request_timeout: a daemon that stops answering fails the test instead of hanging the run
+    c = ckptd.Client(db=db_path, binary=ckptd_bin, args=["--keep-last", "0"], request_timeout=120)
     try:
         yield c
     finally:

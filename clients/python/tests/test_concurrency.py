@@ -88,8 +88,10 @@ def test_async_client_every_method(ckptd_bin: str, db_path: str) -> None:
         async def on_note(method: str, params: Dict[str, Any]) -> None:
             notes.append((method, params["seq"]))
 
+        # request_timeout: a daemon that stops answering fails the test with the method's name
+        # (see test_concurrent_loads_on_a_fresh_daemon) instead of hanging it
         async with ckptd.AsyncClient(db=db_path, binary=ckptd_bin, events=["checkpoint/saved"], args=["--keep-last", "0"],
-                                     on_notification=on_note) as c:
+                                     on_notification=on_note, request_timeout=60) as c:
             assert c.server_info["serverName"] == "ckptd" and c.capabilities["attachments"]
             results = await asyncio.gather(*[c.save("wf-a", {"i": i, "pad": "p" * i * 50}, step=i) for i in range(100)])
             assert sorted(r["seq"] for r in results) == list(range(1, 101))
@@ -123,6 +125,28 @@ def test_async_client_every_method(ckptd_bin: str, db_path: str) -> None:
         assert c.returncode == 0
 
     asyncio.run(main())
+
+
+def test_concurrent_loads_on_a_fresh_daemon(ckptd_bin: str, tmp_path: Any) -> None:
+    """The hang behind the flaky test_async_client_every_method (its 100 concurrent loads on a
+    daemon that has not read anything yet): concurrent loads whose first statement runs long
+    enough (a 4 MB state to read and hash) that 4 of them are inside their read transactions
+    when they reach the not-yet-prepared pending-writes query. Deadlocked nearly every time
+    before the daemon fix; each round uses a fresh daemon (an empty statement cache)."""
+
+    async def round_(db: str) -> None:
+        async with ckptd.AsyncClient(db=db, binary=ckptd_bin, request_timeout=20, timeout=5) as c:
+            state = os.urandom(4 << 20)
+            r = await c.save("wf", state)
+            try:
+                cps = await asyncio.gather(*[c.load(checkpoint_id=r["checkpointId"]) for _ in range(8)])
+            except TimeoutError:
+                c.kill()  # a deadlocked daemon would not shut down either
+                raise AssertionError("ckptd stopped answering 8 concurrent loads (read-pool deadlock)") from None
+            assert all(cp.state == state for cp in cps)
+
+    for i in range(2):
+        asyncio.run(round_(str(tmp_path / ("fresh-%d.db" % i))))
 
 
 def test_async_daemon_killed(ckptd_bin: str, db_path: str) -> None:

@@ -8,6 +8,8 @@ import base64
 import json
 import os
 import pickle
+import random
+import signal
 import stat
 import threading
 import time
@@ -339,6 +341,102 @@ def test_fake_notifications_and_watch_callbacks() -> None:
         assert ev.wait(5)
     assert [m for m, _ in got] == ["drift/changed", "checkpoint/saved", "drift/changed"]
     assert len(watch_got) == 2 and watch_got[0]["changes"] == [{"path": "a.py", "kind": "modified"}]
+
+
+def test_fake_caller_reads_its_own_response() -> None:
+    """A lone caller reads its response itself (no hand-over from the reader thread); with
+    several threads, whoever reads dispatches the others' responses to them."""
+    seen: List[threading.Thread] = []
+    with _fake() as c:
+        c._request("m", {}, on_result=lambda r: seen.append(threading.current_thread()))
+        assert seen == [threading.current_thread()]
+        seen.clear()
+        t = threading.Thread(target=lambda: c._request("m", {}, on_result=lambda r: seen.append(threading.current_thread())))
+        t.start()
+        t.join(10)
+        assert seen == [t]
+        # pipelined: the fake holds 4 requests, then answers in reverse order
+        results: Dict[int, Any] = {}
+        ts = [threading.Thread(target=lambda i=i: results.__setitem__(i, c.request("m", {"i": i, "hold": 4})[0]))
+              for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(10)
+        assert {i: r["params"]["i"] for i, r in results.items()} == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
+def test_fake_timeouts_and_threads_keep_responses_matched() -> None:
+    """Calls that time out (their late responses are dropped), calls with attachments of every
+    size and notifications, from several threads at once: every answer reaches its own caller."""
+    errors: List[Any] = []
+    notes: List[str] = []
+    counts = {"timeouts": 0, "notify": 0}
+    stop = time.monotonic() + 2.0
+
+    def work(k: int) -> None:
+        rng = random.Random(k)
+        try:
+            while time.monotonic() < stop:
+                i = rng.randrange(1 << 30)
+                r = rng.random()
+                if r < 0.05:
+                    try:
+                        c.request("m", {"i": i, "pad": "x" * rng.randrange(0, 300_000)}, timeout=0.0005)
+                    except TimeoutError:
+                        counts["timeouts"] += 1
+                elif r < 0.1:
+                    c.request("notify-me")
+                    counts["notify"] += 1
+                else:
+                    att = os.urandom(rng.randrange(0, 200_000)) if rng.random() < 0.3 else None
+                    res, got = c.request("m", {"i": i}, att)
+                    if res["params"]["i"] != i or got != att:
+                        errors.append(("mismatch", i, res["params"]))
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    with _fake(on_notification=lambda m, p: notes.append(m)) as c:
+        ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in ts:
+            t.start()
+        work(99)  # the main thread too (it reads with signals deferred)
+        for t in ts:
+            t.join(30)
+        assert not any(t.is_alive() for t in ts)
+        assert c.request("m", {"i": -1})[0]["params"]["i"] == -1
+        deadline = time.monotonic() + 5
+        while len(notes) < 2 * counts["notify"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert not errors, errors[:5]
+    assert counts["timeouts"] > 0 and len(notes) == 2 * counts["notify"]
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+@pytest.mark.parametrize("reader", ["caller", "other thread"])
+def test_fake_ctrl_c_while_waiting_keeps_the_client_usable(reader: str) -> None:
+    """Ctrl-C while the main thread waits for a response interrupts the wait (whether the main
+    thread reads stdout itself or waits for another thread to), and the client stays usable."""
+    with _fake("hang") as c:
+        other = None
+        if reader == "other thread":
+            other = threading.Thread(target=lambda: pytest.raises(TimeoutError, c.request, "checkpoint/save",
+                                                                  {"workflowId": "w"}, timeout=1.5))
+            other.start()
+            time.sleep(0.2)  # it reads stdout while waiting for an answer that never comes
+        main = threading.main_thread().ident
+        assert main is not None
+        timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            c.request("checkpoint/save", {"workflowId": "w"})
+        assert time.monotonic() - t0 < 1.0
+        if other is not None:
+            other.join(5)
+        assert c.stats()["method"] == "stats"
+        r, att = c.request("m", {"i": 7}, b"abc")
+        assert r["params"]["i"] == 7 and att == b"abc"
 
 
 def test_fake_calls_after_close() -> None:

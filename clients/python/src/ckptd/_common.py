@@ -462,11 +462,24 @@ def in_main_thread() -> bool:
 
 _DEFER_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)) if s is not None)
 
+# The C function where there is one (CPython's _signal, which the signal module imports):
+# signal.pthread_sigmask wraps it and turns every returned signal number into a Signals enum
+# member, which makes a block/restore pair about 3x as expensive.
+_sigmask_fn: Optional[Callable[..., Any]] = getattr(sys.modules.get("_signal"), "pthread_sigmask", None) or getattr(
+    signal, "pthread_sigmask", None
+)
+_HAVE_SIGMASK = _sigmask_fn is not None and sys.platform != "win32"
+_pthread_sigmask: Callable[..., Any] = _sigmask_fn or (lambda how, mask: set())
+
 
 class deferred_signals:
     """Blocks SIGINT/SIGTERM in the main thread for the duration (they are delivered on exit), so
-    that a frame is never half-written and a phase save is never cut short by a signal. A no-op in
-    other threads and on platforms without ``pthread_sigmask``."""
+    that a frame is never half-written or half-read and a phase save is never cut short by a
+    signal. A no-op in other threads and on platforms without ``pthread_sigmask``.
+
+    The sync client's reader threads block these signals for good (:func:`block_signals_in_thread`),
+    so that while the main thread defers them the kernel cannot hand them to one of those instead
+    (a thread of the application that does not block them still can)."""
 
     __slots__ = ("_old",)
 
@@ -475,12 +488,22 @@ class deferred_signals:
 
     def __enter__(self) -> None:
         if _HAVE_SIGMASK and threading.current_thread() is threading.main_thread():
-            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFER_SIGNALS)
+            self._old = _pthread_sigmask(signal.SIG_BLOCK, _DEFER_SIGNALS)
 
     def __exit__(self, *exc: Any) -> None:
         if self._old is not None:
             old, self._old = self._old, None
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            _pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-_HAVE_SIGMASK = hasattr(signal, "pthread_sigmask") and sys.platform != "win32"
+def block_signals_in_thread() -> None:
+    """Blocks SIGINT/SIGTERM in the calling (helper) thread for good: Python runs signal handlers
+    in the main thread anyway, and a helper thread that accepted them would let them through
+    while the main thread defers them. Only for threads that run no user code (a child process
+    started from such a thread would inherit the mask)."""
+    if _HAVE_SIGMASK and threading.current_thread() is not threading.main_thread():
+        try:
+            _pthread_sigmask(signal.SIG_BLOCK, _DEFER_SIGNALS)
+        except (OSError, ValueError):  # pragma: no cover
+            pass
+

@@ -289,6 +289,9 @@ class AsyncClient:
             reason = "reader cancelled"
         except (OSError, ValueError) as e:
             reason = "reading its stdout failed: %s" % e
+        except Exception as e:  # pragma: no cover - a bug in dispatch: fail the calls, never leave them waiting
+            log.exception("ckptd reader task crashed")
+            reason = "client reader crashed: %r" % e
         await self._on_stdout_closed(reason)
 
     def _dispatch(self, msg: Any, attachment: Optional[bytes]) -> None:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import atexit
 import copy
+import io
+import itertools
 import logging
+import math
 import os
 import queue
+import select
 import signal
 import subprocess
 import threading
+import time
 import weakref
 from typing import (
     TYPE_CHECKING,
@@ -26,7 +31,7 @@ from typing import (
 )
 
 from . import _common as C
-from ._common import NO_STATE, Checkpoint, NotificationHandler, ResumePlan, deferred_signals
+from ._common import NO_STATE, Checkpoint, NotificationHandler, ResumePlan, block_signals_in_thread, deferred_signals
 from .errors import (
     CkptdError,
     ClientClosed,
@@ -35,7 +40,7 @@ from .errors import (
     ProtocolError,
     error_from_response,
 )
-from .framing import decode_body, encode_message, read_frame
+from .framing import FrameReader, decode_body, encode_message
 
 if TYPE_CHECKING:
     from .workflow import Workflow
@@ -55,11 +60,28 @@ def _fresh(exc: CkptdError) -> CkptdError:
     return copy.copy(exc)
 
 
+#: Callers read their own responses (see Client) where select.poll exists; elsewhere the reader
+#: thread reads everything and hands each response over.
+_CALLERS_READ = hasattr(select, "poll")
+#: Writes up to this size to a pipe are atomic: a signal cannot leave such a frame half-written.
+_PIPE_BUF = getattr(select, "PIPE_BUF", 512)
+#: While callers read for themselves, the reader thread looks again this often (seconds).
+_READER_RECHECK = 0.05
+#: The reader thread waits on stdout itself once no call has been in progress for this long.
+_READER_IDLE_AFTER = 0.005
+
+
 class _Pending:
-    __slots__ = ("event", "result", "attachment", "error", "on_result", "method")
+    """One request waiting for its response. ``done`` and ``event`` change under Client._mu."""
+
+    __slots__ = ("done", "event", "following", "result", "attachment", "error", "on_result", "method")
 
     def __init__(self, method: str, on_result: Optional[Callable[[Any], None]]) -> None:
-        self.event = threading.Event()
+        self.done = False
+        #: only created if the caller has to wait for another thread to read its response
+        self.event: Optional[threading.Event] = None
+        #: waiting on event for the response or for its turn to read
+        self.following = False
         self.result: Any = None
         self.attachment: Optional[bytes] = None
         self.error: Optional[BaseException] = None
@@ -128,9 +150,12 @@ atexit.register(_close_all_at_exit)
 class Client:
     """Spawns ``ckptd`` and talks JSON-RPC to it over its stdin/stdout.
 
-    Safe to share between threads: requests are pipelined (one writer lock, one reader thread
-    that hands each response to the thread waiting for its id). Use as a context manager, or call
-    :meth:`close`; live clients are also closed at interpreter exit.
+    Safe to share between threads: requests are pipelined (one writer lock; responses are matched
+    to requests by id). A caller waiting for a response reads the daemon's stdout itself when no
+    other thread is reading it, dispatching whatever else it reads (other callers' responses,
+    notifications) on the way; otherwise it waits to be handed its response or the stream. A
+    reader thread reads whenever no call is in progress (notifications, the daemon's exit). Use
+    as a context manager, or call :meth:`close`; live clients are also closed at interpreter exit.
 
     :param db: database path (``--db``); ``None`` lets the daemon use its default.
     :param binary: the ckptd executable; default ``$CKPTD_PATH``, else ``ckptd`` on ``PATH``.
@@ -177,8 +202,15 @@ class Client:
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._pending: Dict[int, _Pending] = {}
-        self._next_id = 1
+        self._ids = itertools.count(1)
         self._failure: Optional[CkptdError] = None
+        # The read side: whoever holds _read_lock is the only thread reading stdout (through
+        # _frames); _mu guards the done/event/following fields of the pending calls.
+        self._read_lock = threading.Lock()
+        self._mu = threading.Lock()
+        #: set (to the reason, "" for a plain EOF) once stdout ended or became unusable
+        self._stdout_done: Optional[str] = None
+        self._last_release = time.monotonic()
         self._closing = False
         self._closed = False
         self._max_state_bytes: Optional[int] = None
@@ -198,6 +230,18 @@ class Client:
         )
         assert self._proc.stdin and self._proc.stdout and self._proc.stderr
         self._stdin = self._proc.stdin
+        self._stdin_raw = self._proc.stdin.raw  # type: ignore[attr-defined]  # frames are written whole
+        self._frames = FrameReader(self._proc.stdout.raw)  # type: ignore[attr-defined]
+        self._stdout_fd = self._proc.stdout.fileno()
+        self._wake_r = -1
+        self._waker: Optional[io.FileIO] = None
+        if _CALLERS_READ:
+            self._wake_r, wake_w = os.pipe()  # wakes the reader thread
+            os.set_blocking(self._wake_r, False)
+            os.set_blocking(wake_w, False)
+            self._waker = io.FileIO(wake_w, "wb")  # a file object: a write after close() fails
+            self._lead_poll = select.poll()  # used by the thread holding _read_lock
+            self._lead_poll.register(self._stdout_fd, select.POLLIN)
         self.pid = self._proc.pid
         self._stderr_thread = threading.Thread(target=self._stderr_loop, name="ckptd-stderr-%d" % self.pid, daemon=True)
         self._reader_thread = threading.Thread(target=self._read_loop, name="ckptd-reader-%d" % self.pid, daemon=True)
@@ -264,9 +308,13 @@ class Client:
                 self._proc.kill()
                 self._proc.wait()
         finally:
+            self._wake_reader()
             self._reader_thread.join(timeout=5)
             self._stderr_thread.join(timeout=5)
             self._fail_all(ClientClosed())
+            if not self._reader_thread.is_alive() and self._waker is not None:
+                self._waker.close()
+                os.close(self._wake_r)
             self._notify_queue.put(None)
             if threading.current_thread() is not self._notify_thread:
                 self._notify_thread.join(timeout=5)
@@ -312,68 +360,254 @@ class Client:
         if self._closed and not _closing_ok:
             raise ClientClosed()
         p = _Pending(method, on_result)
-        msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": 0, "method": method}
+        rid = next(self._ids)
+        msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         if params is not None:
             msg["params"] = params
-        rid = 0
+        frame = encode_message(msg, attachment)
         broken: Optional[BaseException] = None
-        with deferred_signals():
+        try:
             with self._write_lock:
                 if self._failure is not None:
                     raise _fresh(self._failure)
-                rid = self._next_id
-                self._next_id += 1
-                msg["id"] = rid
-                frame = encode_message(msg, attachment)
                 self._pending[rid] = p
                 try:
-                    self._stdin.write(frame)
-                    self._stdin.flush()
+                    if len(frame) <= _PIPE_BUF:
+                        self._write(frame)  # one atomic write(2): a signal cannot cut it short
+                    else:
+                        with deferred_signals():
+                            self._write(frame)
                 except (OSError, ValueError) as e:  # broken pipe / closed: the daemon is gone
                     broken = e
-        try:
             if broken is not None:
                 self._on_broken_pipe(broken)
-            wait = self.request_timeout if timeout is None else timeout
-            if not p.event.wait(wait):
-                raise TimeoutError("ckptd did not answer %s within %ss" % (method, wait))
+            self._wait(p, self.request_timeout if timeout is None else timeout)
         finally:
             self._pending.pop(rid, None)
         if p.error is not None:
             raise p.error
         return p.result, p.attachment
 
+    def _write(self, frame: bytes) -> None:
+        raw = self._stdin_raw
+        n = raw.write(frame)
+        if n != len(frame):
+            with memoryview(frame) as mv:
+                while n < len(frame):
+                    n += raw.write(mv[n:])
+
     def _on_broken_pipe(self, err: BaseException) -> None:
-        # The reader thread turns the daemon's exit into DaemonDied for every pending call; make
-        # sure it does exit (a daemon that closed stdin but not stdout is killed).
+        # The reader turns the daemon's exit into DaemonDied for every pending call; make sure it
+        # does exit (a daemon that closed stdin but not stdout is killed).
         try:
             self._proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             log.warning("ckptd stopped reading its stdin (%s) but is still running; killing it", err)
             self._proc.kill()
 
-    def _read_loop(self) -> None:
-        stdout = self._proc.stdout
-        reason = ""
+    # Reading. Whoever holds _read_lock reads stdout through _frames and dispatches every frame
+    # it reads (_pump). A caller waiting for its response takes the lock if it is free and reads
+    # until its own response is dispatched (no hand-over between threads on the common path);
+    # otherwise it "follows": waits on its event, which is set when another thread dispatches
+    # its response or when the lock is released (_release_read hands the stream to one follower).
+    # The reader thread takes the lock only when stdout has data and no call is in progress, or
+    # as a fallback when calls wait and nobody reads for them; it never blocks in a read while
+    # holding the lock. Whoever finds stdout ended records it in _stdout_done; the reader thread
+    # then fails every pending call (_on_stdout_closed).
+
+    def _wait(self, p: _Pending, timeout: Optional[float]) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
+            while not p.done:
+                remaining: Optional[float] = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError("ckptd did not answer %s within %ss" % (p.method, timeout))
+                if _CALLERS_READ and self._stdout_done is None and self._read_lock.acquire(False):
+                    try:
+                        self._lead(p, deadline)
+                    finally:
+                        self._release_read()
+                    continue
+                with self._mu:
+                    if p.done:
+                        return
+                    ev = p.event
+                    if ev is None:
+                        ev = p.event = threading.Event()
+                    else:
+                        ev.clear()
+                    p.following = True
+                # released between our acquire() and following = True: _release_read may have
+                # found nobody to hand the stream to, so look again
+                if _CALLERS_READ and self._stdout_done is None and not self._read_lock.locked():
+                    p.following = False
+                    continue
+                ev.wait(remaining)
+                p.following = False
+        except BaseException:
+            # a timeout or an interrupt: if the stream was just handed to us, pass it on
+            if not p.done and not self._read_lock.locked():
+                self._hand_over()
+            raise
+
+    def _lead(self, p: _Pending, deadline: Optional[float]) -> None:
+        """Reads and dispatches frames until p is answered, stdout ends or the deadline passes
+        (holding _read_lock)."""
+        main = threading.current_thread() is threading.main_thread()
+        if self._frames.buffered():
+            with deferred_signals():
+                self._pump(False)  # frames left behind by an interrupted reader
+        while not p.done and self._stdout_done is None:
+            if main or deadline is not None:
+                # wait with poll: interruptible (Ctrl-C), and with a timeout; the main thread
+                # then consumes what it got with SIGINT/SIGTERM deferred, so that an interrupt
+                # never drops bytes read from the pipe or a frame not yet dispatched
+                wait_ms = None if deadline is None else max(0, math.ceil((deadline - time.monotonic()) * 1000))
+                if not self._lead_poll.poll(wait_ms):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
+                    continue
+                if main:
+                    with deferred_signals():
+                        self._pump(True)
+                    continue
+            self._pump(True)
+
+    def _pump(self, read: bool) -> None:
+        """Reads once from stdout (if ``read``: blocks until there is data) and dispatches every
+        complete frame buffered. Called holding _read_lock."""
+        frames = self._frames
+        try:
+            if read and frames.fill() == 0:
+                err = frames.eof_error()
+                self._stdout_ended("" if err is None else "sent a malformed frame: %s" % err)
+                return
             while True:
-                frame = read_frame(stdout)
+                frame = frames.next_frame()
                 if frame is None:
-                    break
+                    return
                 try:
                     msg = decode_body(frame[0])
                 except FramingError as e:
-                    reason = "sent a frame that is not JSON: %s" % e
-                    break
+                    self._stdout_ended("sent a frame that is not JSON: %s" % e)
+                    return
                 self._dispatch(msg, frame[1])
         except FramingError as e:
-            reason = "sent a malformed frame: %s" % e
+            self._stdout_ended("sent a malformed frame: %s" % e)
         except (OSError, ValueError) as e:
-            reason = "reading its stdout failed: %s" % e
-        except BaseException as e:  # pragma: no cover - a bug in dispatch
-            reason = "client reader crashed: %r" % e
+            self._stdout_ended("reading its stdout failed: %s" % e)
+        except Exception as e:  # pragma: no cover - a bug in dispatch: fail the calls, do not hang
+            log.exception("ckptd client reader crashed")
+            self._stdout_ended("client reader crashed: %r" % e)
+
+    def _stdout_ended(self, reason: str) -> None:
+        if self._stdout_done is None:
+            self._stdout_done = reason
+        self._wake_reader()  # it reports the end to every pending call
+
+    def _release_read(self) -> None:
+        """Releases _read_lock after a caller read (_wait)."""
+        self._last_release = time.monotonic()
+        self._read_lock.release()
+        if len(self._pending) > 1:  # not just the releasing caller's own call
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Wakes one caller that follows, so that it reads for itself."""
+        ev = None
+        with self._mu:
+            for q in self._pending.values():
+                if q.following and not q.done:
+                    q.following = False
+                    ev = q.event
+                    break
+        if ev is not None:
+            ev.set()
+
+    def _finish(self, p: _Pending) -> None:
+        with self._mu:
+            p.done = True
+            ev = p.event
+        if ev is not None:
+            ev.set()
+
+    def _wake_reader(self) -> None:
+        if self._waker is not None:
+            try:
+                self._waker.write(b"!")
+            except (OSError, ValueError):  # closed
+                pass
+
+    def _read_loop(self) -> None:
+        block_signals_in_thread()
+        try:
+            if _CALLERS_READ:
+                self._watch_stdout()
+            else:
+                while self._stdout_done is None:
+                    with self._read_lock:
+                        self._pump(True)
+        except BaseException as e:  # pragma: no cover - a bug
             log.exception("ckptd reader thread crashed")
-        self._on_stdout_closed(reason)
+            if self._stdout_done is None:
+                self._stdout_done = "client reader crashed: %r" % e
+        self._on_stdout_closed(self._stdout_done or "")
+
+    def _watch_stdout(self) -> None:
+        fd, wake = self._stdout_fd, self._wake_r
+        idle = select.poll()  # stdout or a wake-up
+        idle.register(fd, select.POLLIN)
+        idle.register(wake, select.POLLIN)
+        nap = select.poll()  # only a wake-up
+        nap.register(wake, select.POLLIN)
+        probe = select.poll()  # stdout, without waiting
+        probe.register(fd, select.POLLIN)
+
+        def read_available() -> None:
+            # never blocks: dispatches what is buffered, reads only what stdout already has
+            if not self._read_lock.acquire(False):
+                return  # a caller is reading
+            try:
+                if self._stdout_done is None and self._frames.buffered():
+                    self._pump(False)  # frames left behind by an interrupted caller
+                while self._stdout_done is None and probe.poll(0):
+                    self._pump(True)
+            finally:
+                self._read_lock.release()
+                self._hand_over()
+
+        while self._stdout_done is None:
+            if self._pending or self._read_lock.locked():
+                # Calls in progress read for themselves. Fallback for calls that wait while
+                # nobody reads (still writing their request, or a hand-over raced with a
+                # timeout): read what is there and hand the stream to one of them.
+                if nap.poll(_READER_RECHECK * 1000):
+                    self._drain_wake()
+                if self._pending and self._stdout_done is None:
+                    read_available()
+                continue
+            quiet = time.monotonic() - self._last_release
+            if quiet < _READER_IDLE_AFTER:
+                # between two calls of a busy caller: do not race it for its next response
+                if nap.poll(math.ceil((_READER_IDLE_AFTER - quiet) * 1000)):
+                    self._drain_wake()
+                continue
+            if self._frames.buffered():
+                read_available()
+            ready = idle.poll()  # until the daemon writes, stdout ends, or a wake-up
+            if any(r == wake for r, _ in ready):
+                self._drain_wake()
+            if self._stdout_done is None and any(r == fd for r, _ in ready):
+                read_available()
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except OSError:  # empty (BlockingIOError) or closed
+            pass
 
     def _dispatch(self, msg: Any, attachment: Optional[bytes]) -> None:
         if not isinstance(msg, dict):
@@ -394,9 +628,11 @@ class Client:
             if p is None:
                 self._unmatched(rid, err)
                 return
+            if p.done:
+                return
             p.error = err
         else:
-            if p is None:
+            if p is None or p.done:
                 log.debug("dropping response to unknown or abandoned request id %r", rid)
                 return
             p.result = msg.get("result")
@@ -406,7 +642,7 @@ class Client:
                     p.on_result(p.result)
                 except Exception:  # pragma: no cover
                     log.exception("result hook failed")
-        p.event.set()
+        self._finish(p)
 
     def _unmatched(self, rid: Any, err: CkptdError) -> None:
         # Errors with id null answer a frame the daemon could not attribute (e.g. a frame over its
@@ -415,8 +651,9 @@ class Client:
         pending = list(self._pending.items())
         if rid is None and len(pending) == 1:
             p = pending[0][1]
-            p.error = err
-            p.event.set()
+            if not p.done:
+                p.error = err
+                self._finish(p)
             return
         log.warning("ckptd error not matched to a request (id %r): %s", rid, err)
 
@@ -451,12 +688,19 @@ class Client:
         return None  # pragma: no cover
 
     def _fail_all(self, err: CkptdError) -> None:
-        for rid, p in list(self._pending.items()):
-            if not p.event.is_set():
-                p.error = _fresh(err)
-                p.event.set()
+        events = []
+        with self._mu:
+            for p in list(self._pending.values()):
+                if not p.done:
+                    p.error = _fresh(err)
+                    p.done = True
+                    if p.event is not None:
+                        events.append(p.event)
+        for ev in events:
+            ev.set()
 
     def _stderr_loop(self) -> None:
+        block_signals_in_thread()
         f = self._proc.stderr
         assert f is not None
         try:
@@ -747,7 +991,8 @@ class Client:
         C.put(params, "debounceMs", debounce_ms)
 
         def register(result: Any) -> None:
-            # runs on the reader thread before any later notification is dispatched
+            # runs in the thread that reads the response, before any later notification is
+            # dispatched
             if callback is not None and isinstance(result, dict) and "watchId" in result:
                 self._watch_handlers[str(result["watchId"])] = callback
 
