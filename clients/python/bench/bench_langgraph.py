@@ -9,7 +9,10 @@ carries a constant ``config`` dict and a trigger channel. Each step:
 * ``put`` the new checkpoint (``new_versions``: the channels that changed this step) and one
   ``put_writes`` for the step's task;
 * ``get_tuple`` of the thread's latest checkpoint;
-* ``list(thread, limit=10)``.
+* ``list(thread, limit=10)`` with ``checkpoint_ns: ""`` in the config (what Pregel's
+  ``get_state_history`` passes), and every 10th step also ``list`` with only the ``thread_id``
+  (every namespace of the thread; a direct ``saver.list(config)`` call often looks like this, and
+  SqliteSaver then sorts the whole thread in a temporary b-tree) as ``list10_all_ns``.
 
 Both savers run at their defaults: ckptd at ``--durability full`` (SQLite ``synchronous=FULL``,
 WAL, one fsync per commit), SqliteSaver on a plain ``sqlite3.connect`` (it switches to WAL;
@@ -47,8 +50,8 @@ WORDS = (
     "the agent tool call result user assistant message plan step search query document summary answer "
     "context memory retrieve function output input error retry node graph state value channel task model"
 ).split()
-OPS = ("put", "get_tuple", "list10")
-TARGETS = {"put": 1.0, "get_tuple": 1.0, "list10": 0.5}
+OPS = ("put", "get_tuple", "list10", "list10_all_ns")
+TARGETS = {"put": 1.0, "get_tuple": 1.0, "list10": 0.5, "list10_all_ns": 0.5}
 
 
 def pct(xs: List[float], p: float) -> float:
@@ -162,6 +165,11 @@ def main() -> int:
             t = time.perf_counter()
             listed = list(s.list(latest, limit=10))
             tm["list10"].append(time.perf_counter() - t)
+            if i % 10 == 0:
+                t = time.perf_counter()
+                every_ns = list(s.list({"configurable": {"thread_id": "bench-thread"}}, limit=10))
+                tm["list10_all_ns"].append(time.perf_counter() - t)
+                assert [x.checkpoint["id"] for x in every_ns] == [x.checkpoint["id"] for x in listed], (name, i)
             assert tup is not None and tup.checkpoint["channel_values"]["step"] == i, (name, i)
             assert len(listed) == min(10, i + 1) and listed[0].checkpoint["id"] == cp["id"], (name, i)
             assert len(tup.checkpoint["channel_values"]["messages"]) == i + 1
@@ -205,7 +213,7 @@ def main() -> int:
     print(row("DB size open (MiB)", lambda n: sizes_open[n] / 2**20, None, "%9.2f"))
     print()
     print("ckptd's share: time inside the daemon (stats); the rest is the client, serialisation, the pipe")
-    methods = {"put": "lg/put", "put_writes": "lg/putWrites", "get_tuple": "lg/get", "list10": "lg/list"}
+    methods = {"put": "lg/put", "put_writes": "lg/putWrites", "get_tuple": "lg/get", "list10": "lg/list"}  # both lists
     for op, m in methods.items():
         if m in server:
             l = server[m]
