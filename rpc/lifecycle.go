@@ -91,6 +91,7 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 			StatesStoredBytes: db.StatesStoredBytes,
 			Pragmas:           pragmas,
 			Compaction:        CompactionStats(s.store.CompactionStats()),
+			BlobCache:         BlobCacheStats(s.store.BlobCacheStats()),
 		},
 	}}, nil
 }

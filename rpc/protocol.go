@@ -370,6 +370,18 @@ type DBStats struct {
 	// Compaction is this process's deferred compression: states saved raw and not yet compressed,
 	// and what the compactor has done since start.
 	Compaction CompactionStats `json:"compaction"`
+	// BlobCache is this process's in-memory cache of LangGraph channel values (lg/get, lg/list
+	// serve cached values by their stored SHA-256 instead of re-reading them).
+	BlobCache BlobCacheStats `json:"blobCache"`
+}
+
+// BlobCacheStats is DBStats.BlobCache.
+type BlobCacheStats struct {
+	Entries  int    `json:"entries"`
+	Bytes    int64  `json:"bytes"`
+	MaxBytes int64  `json:"maxBytes"`
+	Hits     uint64 `json:"hits"`
+	Misses   uint64 `json:"misses"`
 }
 
 // CompactionStats is DBStats.Compaction.

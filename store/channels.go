@@ -374,6 +374,10 @@ func (s *Store) prepareLGPut(req LGPutRequest) (*lgPut, error) {
 			return nil, invalid(field+".length", "must be 0 for type empty")
 		}
 		p.blobs[i] = s.pack(b.Data)
+		if b.Type != LGEmptyType {
+			// a copy: b.Data may be part of a larger request buffer
+			s.blobs.add(p.blobs[i].sha, bytes.Clone(b.Data))
+		}
 	}
 	p.cp = s.pack(req.Checkpoint)
 	return p, nil
@@ -520,55 +524,18 @@ func (s *Store) newLGReader(ctx context.Context, tx *sql.Tx) *lgReader {
 	return &lgReader{s: s, ctx: ctx, tx: tx, blobs: map[[4]string]*LGBlob{}}
 }
 
-// row runs a one-row query through the store's prepared read statements; sql.ErrNoRows if none.
-func (r *lgReader) row(q string, args []any, dest ...any) error {
-	rows, err := r.s.query(r.ctx, r.tx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	return rows.Close()
-}
-
 // blob returns the stored non-empty blob of a key, or nil.
 func (r *lgReader) blob(thread, ns, checkpointID, channel, version string) (*LGBlob, error) {
 	key := [4]string{thread, ns, channel, version}
 	if b, ok := r.blobs[key]; ok {
 		return b, nil
 	}
-	var typ string
-	var enc, size int64
-	var sha, data []byte
-	err := r.row(`SELECT type, encoding, size, sha256, data FROM lg_blobs
-		WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`, []any{thread, ns, channel, version}, &typ, &enc, &size, &sha, &data)
-	if errors.Is(err, sql.ErrNoRows) {
-		r.blobs[key] = nil
-		return nil, nil
-	}
-	if err != nil {
+	r.blobs[key] = nil // missing or empty unless the row says otherwise
+	if err := r.fetchBlobs(thread, ns, checkpointID, `SELECT id, channel, version, type, encoding, size, sha256 FROM lg_blobs
+		WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`, []any{thread, ns, channel, version}); err != nil {
 		return nil, err
 	}
-	if typ == LGEmptyType {
-		r.blobs[key] = nil
-		return nil, nil
-	}
-	raw, err := r.s.unpack(checkpointID, fmt.Sprintf("blob %s@%s", channel, version), data, int(enc), size, sha)
-	if err != nil {
-		return nil, err
-	}
-	b := &LGBlob{Channel: channel, Version: version, Type: typ, Data: raw}
-	r.blobs[key] = b
-	r.bytes += int64(len(raw))
-	return b, nil
+	return r.blobs[key], nil
 }
 
 // writes returns a checkpoint's pending writes in (task_path, task_id, idx) order.
@@ -595,7 +562,7 @@ func (r *lgReader) prefetch(thread, ns, checkpointID string, vs []chanVer) error
 		args := make([]any, 0, 2+2*n)
 		args = append(args, thread, ns)
 		var q strings.Builder
-		q.WriteString(`SELECT channel, version, type, encoding, size, sha256, data FROM lg_blobs
+		q.WriteString(`SELECT id, channel, version, type, encoding, size, sha256 FROM lg_blobs
 		WHERE thread_id = ? AND namespace = ? AND (channel, version) IN (VALUES `)
 		for i, v := range chunk {
 			if i > 0 {
@@ -606,36 +573,95 @@ func (r *lgReader) prefetch(thread, ns, checkpointID string, vs []chanVer) error
 			r.blobs[[4]string{thread, ns, v.channel, v.key}] = nil // missing unless a row says otherwise
 		}
 		q.WriteByte(')')
-		rows, err := r.s.query(r.ctx, r.tx, q.String(), args...)
-		if err != nil {
+		if err := r.fetchBlobs(thread, ns, checkpointID, q.String(), args); err != nil {
 			return err
 		}
-		for rows.Next() {
-			var channel, version, typ string
-			var enc, size int64
-			var sha, data []byte
-			if err := rows.Scan(&channel, &version, &typ, &enc, &size, &sha, &data); err != nil {
-				rows.Close()
-				return err
-			}
-			if typ == LGEmptyType {
-				continue
-			}
-			raw, err := r.s.unpack(checkpointID, fmt.Sprintf("blob %s@%s", channel, version), data, int(enc), size, sha)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			r.blobs[[4]string{thread, ns, channel, version}] = &LGBlob{Channel: channel, Version: version, Type: typ, Data: raw}
-			r.bytes += int64(len(raw))
-		}
-		if err := rows.Err(); err != nil {
+	}
+	return nil
+}
+
+// fetchBlobs runs q (selecting id, channel, version, type, encoding, size, sha256 of lg_blobs
+// rows: never the data, so SQLite reads no overflow pages) and records each row's value in
+// r.blobs: from the store's blob cache when it holds the row's stored SHA-256, else read,
+// verified and decoded by a second query over the rows the cache lacked.
+func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) error {
+	type need struct {
+		channel, version, typ string
+		enc, size             int64
+		sha                   []byte
+	}
+	var missing map[int64]need
+	rows, err := r.s.query(r.ctx, r.tx, q, args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id int64
+		var n need
+		if err := rows.Scan(&id, &n.channel, &n.version, &n.typ, &n.enc, &n.size, &n.sha); err != nil {
 			rows.Close()
 			return err
 		}
-		if err := rows.Close(); err != nil {
+		if n.typ == LGEmptyType {
+			continue
+		}
+		if raw, ok := r.s.blobs.get(n.sha); ok && int64(len(raw)) == n.size {
+			r.blobs[[4]string{thread, ns, n.channel, n.version}] = &LGBlob{Channel: n.channel, Version: n.version, Type: n.typ, Data: raw}
+			r.bytes += int64(len(raw))
+			continue
+		}
+		if missing == nil {
+			missing = map[int64]need{}
+		}
+		missing[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return err
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	var dq strings.Builder
+	dq.WriteString(`SELECT id, data FROM lg_blobs WHERE id IN (`)
+	ids := make([]any, 0, len(missing))
+	for id := range missing {
+		if len(ids) > 0 {
+			dq.WriteByte(',')
+		}
+		dq.WriteByte('?')
+		ids = append(ids, id)
+	}
+	dq.WriteByte(')')
+	rows, err = r.s.query(r.ctx, r.tx, dq.String(), ids...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var data []byte
+		if err := rows.Scan(&id, &data); err != nil {
 			return err
 		}
+		n := missing[id]
+		raw, err := r.s.unpack(checkpointID, fmt.Sprintf("blob %s@%s", n.channel, n.version), data, int(n.enc), n.size, n.sha)
+		if err != nil {
+			return err
+		}
+		r.s.blobs.add(n.sha, raw)
+		r.blobs[[4]string{thread, ns, n.channel, n.version}] = &LGBlob{Channel: n.channel, Version: n.version, Type: n.typ, Data: raw}
+		r.bytes += int64(len(raw))
+		delete(missing, id)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(missing) > 0 { // a row seen by the first query is gone in the same read transaction
+		return fmt.Errorf("lg_blobs rows vanished during a read")
 	}
 	return nil
 }

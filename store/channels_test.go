@@ -627,7 +627,7 @@ func TestLGPruneKeepsDeltaChain(t *testing.T) {
 }
 
 func TestLGCorruption(t *testing.T) {
-	s := openTest(t)
+	s := openTest(t, func(o *Options) { o.BlobCacheBytes = -1 })
 	ctx := context.Background()
 	lgPutT(t, s, "T", "", "c1", "", map[string]any{"a": 1}, map[string]string{"a": `"hello"`}, "")
 	_, err := rawDB(t, s.Path()).Exec(`UPDATE lg_blobs SET data = CAST('"hellO"' AS BLOB)`)
@@ -639,6 +639,60 @@ func TestLGCorruption(t *testing.T) {
 	require.Contains(t, ce.Reason, "SHA-256")
 	_, err = s.LGList(ctx, LGListFilter{ThreadID: "T"})
 	require.ErrorAs(t, err, &ce)
+}
+
+// TestLGBlobCache: values this store wrote or verified are served from memory by their stored
+// SHA-256; another Store on the same file (another process) reads and verifies the bytes.
+func TestLGBlobCache(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	big := checkpointJSON(rng, 100<<10)
+	req := LGPutRequest{ThreadID: "T", CheckpointID: "c1", Type: "json", Checkpoint: []byte(`{}`),
+		ChannelVersions: json.RawMessage(`{"m":"v1","s":"v1"}`),
+		Blobs:           []LGBlob{{Channel: "m", Version: `"v1"`, Type: "msgpack", Data: big}, {Channel: "s", Version: `"v1"`, Type: "json", Data: []byte(`"small"`)}}}
+	p, _ := s.LGPut(req)
+	require.NoError(t, p.Wait(ctx))
+	st := s.BlobCacheStats()
+	require.Equal(t, 2, st.Entries)
+	got, err := s.LGGet(ctx, "T", "", "c1")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m": string(big), "s": `"small"`}, blobMap(got))
+	require.EqualValues(t, 2, s.BlobCacheStats().Hits)
+
+	// the stored bytes go bad: this store still answers with the value it wrote (a value is
+	// named by its stored hash, so the cached one is the right one) ...
+	_, err = rawDB(t, s.Path()).Exec(`UPDATE lg_blobs SET data = CAST('"smalL"' AS BLOB) WHERE channel = 's'`)
+	require.NoError(t, err)
+	got, err = s.LGGet(ctx, "T", "", "c1")
+	require.NoError(t, err)
+	require.Equal(t, `"small"`, blobMap(got)["s"])
+	// ... while a store without the value in memory reads, verifies and reports the damage
+	other, err := Open(ctx, Options{Path: s.Path(), noBackground: true})
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.LGGet(ctx, "T", "", "c1")
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, ce.Reason, "blob s@")
+
+	// the cache holds at most its size, least recently used values leave first, and a value
+	// over an eighth of it is not kept
+	small := newBlobCache(1 << 10)
+	small.add(make([]byte, 32), make([]byte, 100))
+	require.Equal(t, 1, small.stats().Entries)
+	k2 := append(make([]byte, 31), 1)
+	small.add(k2, make([]byte, 129)) // over max/8: not kept
+	require.Equal(t, 1, small.stats().Entries)
+	for i := 2; i < 20; i++ {
+		small.add(append(make([]byte, 31), byte(i)), make([]byte, 100))
+	}
+	require.LessOrEqual(t, small.stats().Bytes, int64(1<<10))
+	_, ok := small.get(make([]byte, 32))
+	require.False(t, ok, "least recently used value evicted")
+	v, ok := small.get(append(make([]byte, 31), 19))
+	require.True(t, ok)
+	require.Len(t, v, 100)
 }
 
 func TestLGCompressedRoundTrip(t *testing.T) {

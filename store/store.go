@@ -62,8 +62,11 @@ type Options struct {
 	// NoCompactor leaves states saved raw by others (a running daemon) alone: no background
 	// compactor, no compression at Close. For short-lived tools; their own saves compress inline.
 	NoCompactor bool
-	Logger      *slog.Logger
-	Now         func() time.Time // default time.Now
+	// BlobCacheBytes sizes the in-memory cache of LangGraph channel values (store/blobcache.go):
+	// 0 means DefaultBlobCacheBytes, < 0 none.
+	BlobCacheBytes int64
+	Logger         *slog.Logger
+	Now            func() time.Time // default time.Now
 
 	// testing hooks
 	maxSchema    int  // migrate only up to this version (0: latest)
@@ -110,6 +113,7 @@ type Store struct {
 	walPending atomic.Int64  // approx. bytes written since the last checkpoint
 	lastCommit atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
 	compact    *compactor
+	blobs      *blobCache    // LangGraph channel values by stored SHA-256; nil: off
 	deletes    atomic.Uint64 // checkpoints removed by retention (for background vacuum)
 	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	manifests  manifestCache // decoded drift manifests by checkpoint rowid (store/manifests.go)
@@ -179,6 +183,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts: opts, path: abs, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
 		wake: make(chan struct{}, 1), stopBG: make(chan struct{}), ckptKick: make(chan struct{}, 1),
 		compact: newCompactor(),
+	}
+	switch {
+	case opts.BlobCacheBytes == 0:
+		s.blobs = newBlobCache(DefaultBlobCacheBytes)
+	case opts.BlobCacheBytes > 0:
+		s.blobs = newBlobCache(opts.BlobCacheBytes)
 	}
 	if err := s.openConns(ctx, created); err != nil {
 		s.closeConns()

@@ -376,6 +376,8 @@ export interface StatsResult {
     statesStoredBytes: number;
     /** Deferred compression in this daemon (docs/protocol.md, `stats`). */
     compaction: { pendingStates: number; pendingBytes: number; compacted: number; savedBytes: number };
+    /** In-memory cache of LangGraph channel values (by the SHA-256 of their stored bytes). */
+    blobCache: { entries: number; bytes: number; maxBytes: number; hits: number; misses: number };
     [key: string]: unknown;
   };
   [key: string]: unknown;
