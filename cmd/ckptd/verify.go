@@ -11,7 +11,8 @@ const verifyUsage = `usage: ckptd verify [flags]
 
 Checks the whole database: every stored state is decompressed and its SHA-256 compared with the
 one recorded at save time (a state shared by several checkpoints is checked once, and a problem
-is reported for each of them), then SQLite's own PRAGMA integrity_check runs. Progress goes to
+is reported for each of them), likewise every LangGraph checkpoint, channel value and pending
+write (lg/* methods), then SQLite's own PRAGMA integrity_check runs. Progress goes to
 stderr (a bar on a terminal). Exits 0 when everything is intact, 1 listing what is not.
 Reads only: safe while a sidecar is using the database.
 
@@ -34,6 +35,40 @@ type verifyReport struct {
 	StoredBytes int64           `json:"storedBytes"`
 	Corrupt     []verifyProblem `json:"corrupt"`
 	Database    []string        `json:"database"` // integrity_check (and other database-level) problems
+	LangGraph   lgVerifyReport  `json:"langgraph"`
+}
+
+// lgVerifyReport covers the LangGraph tables (lg/put, lg/putWrites).
+type lgVerifyReport struct {
+	Checkpoints int               `json:"checkpoints"`
+	Values      int               `json:"values"`
+	Writes      int               `json:"writes"`
+	Corrupt     []lgVerifyProblem `json:"corrupt"`
+}
+
+type lgVerifyProblem struct {
+	Kind         string `json:"kind"` // checkpoint | blob | write | table
+	ThreadID     string `json:"threadId,omitempty"`
+	Namespace    string `json:"namespace"`
+	CheckpointID string `json:"checkpointId,omitempty"`
+	Channel      string `json:"channel,omitempty"`
+	Version      string `json:"version,omitempty"`
+	TaskID       string `json:"taskId,omitempty"`
+	Idx          *int64 `json:"idx,omitempty"`
+	Reason       string `json:"reason"`
+}
+
+// what names a LangGraph problem's row for people.
+func (p lgVerifyProblem) what() string {
+	switch p.Kind {
+	case "checkpoint":
+		return "lg checkpoint " + p.CheckpointID
+	case "blob":
+		return fmt.Sprintf("lg value %s@%s", p.Channel, p.Version)
+	case "write":
+		return fmt.Sprintf("lg write %s/%s/%d", p.CheckpointID, p.TaskID, *p.Idx)
+	}
+	return "(lg table)"
 }
 
 func runVerify(ctx context.Context, e *env, args []string) error {
@@ -93,6 +128,21 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		lgCounts, lgBad, err := st.VerifyLG(ctx)
+		if err != nil {
+			return err
+		}
+		rep.LangGraph = lgVerifyReport{Checkpoints: lgCounts.Checkpoints, Values: lgCounts.Blobs, Writes: lgCounts.Writes,
+			Corrupt: []lgVerifyProblem{}}
+		for _, b := range lgBad {
+			lp := lgVerifyProblem{Kind: b.Kind, ThreadID: b.ThreadID, Namespace: b.Namespace, CheckpointID: b.CheckpointID,
+				Channel: b.Channel, Version: b.Version, TaskID: b.TaskID, Reason: b.Reason}
+			if b.Kind == "write" {
+				idx := b.Idx
+				lp.Idx = &idx
+			}
+			rep.LangGraph.Corrupt = append(rep.LangGraph.Corrupt, lp)
+		}
 		var ids []string
 		for _, b := range bad {
 			if b.CheckpointID != "" {
@@ -112,7 +162,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 			rep.Corrupt = append(rep.Corrupt, verifyProblem{CheckpointID: b.CheckpointID, WorkflowID: sm.WorkflowID,
 				Seq: sm.Seq, Reason: b.Reason})
 		}
-		rep.OK = len(bad) == 0
+		rep.OK = len(bad) == 0 && len(lgBad) == 0
 		if *asJSON {
 			err = printJSON(e.stdout, rep)
 		} else {
@@ -131,6 +181,10 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 func (r verifyReport) text(e *env) error {
 	checked := fmt.Sprintf("%s, %s (%s stored)", plural(r.Checkpoints, "checkpoint", "checkpoints"),
 		plural(r.States, "state", "states"), fmtBytes(r.StoredBytes))
+	if lg := r.LangGraph; lg.Checkpoints+lg.Values+lg.Writes > 0 {
+		checked += fmt.Sprintf(", %s (%s, %s)", plural(lg.Checkpoints, "LangGraph checkpoint", "LangGraph checkpoints"),
+			plural(lg.Values, "value", "values"), plural(lg.Writes, "write", "writes"))
+	}
 	if r.OK {
 		fmt.Fprintf(e.stdout, "ok: %s, SQLite integrity ok\n", checked)
 		return nil
@@ -140,14 +194,21 @@ func (r verifyReport) text(e *env) error {
 	for _, c := range r.Corrupt {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", c.CheckpointID, orDash(c.WorkflowID), c.Seq, c.Reason)
 	}
+	for _, c := range r.LangGraph.Corrupt {
+		fmt.Fprintf(tw, "%s\t%s\t-\t%s\n", c.what(), orDash(c.ThreadID), c.Reason)
+	}
 	for _, d := range r.Database {
 		fmt.Fprintf(tw, "(database)\t-\t-\t%s\n", d)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s (%s, %s) in %s\n", plural(len(r.Corrupt)+len(r.Database), "problem", "problems"),
-		plural(len(r.Corrupt), "corrupt checkpoint", "corrupt checkpoints"),
+	lgPart := ""
+	if n := len(r.LangGraph.Corrupt); n > 0 {
+		lgPart = ", " + plural(n, "corrupt LangGraph row", "corrupt LangGraph rows")
+	}
+	fmt.Fprintf(e.stdout, "%s (%s%s, %s) in %s\n", plural(len(r.Corrupt)+len(r.LangGraph.Corrupt)+len(r.Database), "problem", "problems"),
+		plural(len(r.Corrupt), "corrupt checkpoint", "corrupt checkpoints"), lgPart,
 		plural(len(r.Database), "database integrity error", "database integrity errors"), checked)
 	return nil
 }

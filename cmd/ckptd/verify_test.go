@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
+
+	"github.com/ckptd/ckptd/store"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,4 +62,43 @@ func TestCLIVerifyProgressTerminal(t *testing.T) {
 	assert.Contains(t, res.stderr, "checked 6 states")
 	assert.Contains(t, res.stderr, "checking SQLite integrity (PRAGMA integrity_check): done in")
 	assert.Equal(t, "ok: 7 checkpoints, 6 states (424 B stored), SQLite integrity ok\n", res.stdout)
+}
+
+// TestCLIVerifyLangGraph: LangGraph checkpoints, channel values and pending writes are verified
+// from the database too, and each damaged row is named.
+func TestCLIVerifyLangGraph(t *testing.T) {
+	t.Parallel()
+	db := newCLIDB(t, nil)
+	ctx := context.Background()
+	for i, id := range []string{"c1", "c2"} {
+		p, _ := db.st.LGPut(store.LGPutRequest{ThreadID: "thread-1", CheckpointID: id, Type: "json", Checkpoint: []byte(`{"v":1}`),
+			ChannelVersions: json.RawMessage(fmt.Sprintf(`{"messages":"%d","big":"%d"}`, i+1, i+1)),
+			Blobs: []store.LGBlob{{Channel: "messages", Version: fmt.Sprintf(`"%d"`, i+1), Type: "json", Data: []byte(fmt.Sprintf(`["m%d"]`, i))},
+				{Channel: "big", Version: fmt.Sprintf(`"%d"`, i+1), Type: "json", Data: cliState(20 << 10)}}})
+		require.NoError(t, p.Wait(ctx))
+		w, _ := db.st.LGPutWrites("thread-1", "", id, []store.LGWrite{{TaskID: "task", Idx: 0, Channel: "messages", Type: "json", Data: []byte(`"w"`)}})
+		require.NoError(t, w.Wait(ctx))
+	}
+	db.close()
+	cliGolden(t, "verify-langgraph-ok", db.dir, cliRun(t, nil, "verify", "--quiet", "--db", db.path))
+
+	db.exec(`UPDATE lg_blobs SET data = CAST('["mX"]' AS BLOB) WHERE channel = 'messages' AND version = '"2"'`)
+	db.exec(`UPDATE lg_blobs SET data = substr(data, 1, length(data) - 5) WHERE channel = 'big' AND version = '"1"'`)
+	db.exec(`UPDATE lg_writes SET data = CAST('"x"' AS BLOB) WHERE checkpoint_id = 'c1'`)
+	db.exec(`UPDATE lg_checkpoints SET data = CAST('{"v":2}' AS BLOB) WHERE checkpoint_id = 'c2'`)
+	cliGolden(t, "verify-langgraph-corrupt", db.dir, cliRun(t, nil, "verify", "--quiet", "--db", db.path))
+	res := cliRun(t, nil, "verify", "--json", "--quiet", "--db", db.path)
+	assert.Equal(t, exitProblem, res.code)
+	var rep verifyReport
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep))
+	assert.False(t, rep.OK)
+	assert.Empty(t, rep.Corrupt)
+	assert.Equal(t, 2, rep.LangGraph.Checkpoints)
+	assert.Equal(t, 4, rep.LangGraph.Values)
+	assert.Equal(t, 2, rep.LangGraph.Writes)
+	var got []string
+	for _, c := range rep.LangGraph.Corrupt {
+		got = append(got, c.what())
+	}
+	assert.Equal(t, []string{"lg checkpoint c2", `lg value big@"1"`, `lg value messages@"2"`, "lg write c1/task/0"}, got)
 }
