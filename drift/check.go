@@ -256,6 +256,7 @@ func quickCheck(ctx context.Context, spec Spec, ref *Manifest, opt ScanOptions) 
 		starts = append(starts, cw.newDirs...)
 		dirUpds = append(dirUpds, cw.dirUpds...)
 	}
+	missing, updated, added, starts, dirUpds = c.pruneBelowGone(missing, updated, added, starts, dirUpds)
 
 	var newDirs []dirRec
 	if len(starts) > 0 {
@@ -529,6 +530,78 @@ func (c *checker) checkDir(cw *checkWorker, i int) {
 	if err != nil && !isNotExist(err) {
 		c.warn.add(fmt.Sprintf("%s/: %v", rec.Path, err))
 	}
+}
+
+// pruneBelowGone makes everything below a directory that is gone (deleted, or now a symlink
+// or a file) gone too. Directories are checked in parallel, each by its path from the root,
+// and a path through a directory replaced by a symlink would otherwise reach that subtree
+// through the link, even outside the root (a directory moved away and linked back).
+func (c *checker) pruneBelowGone(missing []int32, updated []updEntry, added []Entry, starts []walkStart,
+	dirUpds []dirUpd) ([]int32, []updEntry, []Entry, []walkStart, []dirUpd) {
+	gone := map[string]bool{}
+	for _, u := range dirUpds {
+		if u.gone {
+			gone[c.ref.Dirs[u.i].Path] = true
+		}
+	}
+	if len(gone) == 0 {
+		return missing, updated, added, starts, dirUpds
+	}
+	below := func(p string) bool { // some proper ancestor directory of p is gone
+		for p != "" {
+			p = parentOf(p)
+			if gone[p] && p != "" {
+				return true
+			}
+		}
+		return false
+	}
+	isMissing := make(map[int32]bool, len(missing))
+	for _, j := range missing {
+		isMissing[j] = true
+	}
+	upds := dirUpds[:0:0]
+	seen := map[int32]bool{}
+	for _, u := range dirUpds {
+		if below(c.ref.Dirs[u.i].Path) {
+			continue
+		}
+		seen[u.i] = true
+		upds = append(upds, u)
+	}
+	for i := range c.ref.Dirs {
+		if !below(c.ref.Dirs[i].Path) {
+			continue
+		}
+		if !seen[int32(i)] {
+			upds = append(upds, dirUpd{i: int32(i), gone: true})
+		}
+		for _, j := range c.entIdx[c.entStart[i]:c.entStart[i+1]] {
+			if !isMissing[j] {
+				isMissing[j] = true
+				missing = append(missing, j)
+			}
+		}
+	}
+	upd := updated[:0:0]
+	for _, u := range updated {
+		if !isMissing[u.j] {
+			upd = append(upd, u)
+		}
+	}
+	add := added[:0:0]
+	for _, e := range added {
+		if !below(e.Path) {
+			add = append(add, e)
+		}
+	}
+	st := starts[:0:0]
+	for _, w := range starts {
+		if !below(w.ctx.rel) {
+			st = append(st, w)
+		}
+	}
+	return missing, upd, add, st, upds
 }
 
 // quickDir reports whether directory rec and its entries are exactly as in the manifest,

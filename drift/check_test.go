@@ -171,6 +171,13 @@ func TestCheckScenarios(t *testing.T) {
 			require.NoError(t, os.RemoveAll(filepath.Join(r, "sub/deep")))
 			require.NoError(t, os.Symlink("..", filepath.Join(r, "sub/deep")))
 		}, want: summary{Added: paths("sub/deep"), Deleted: paths("sub/deep/e.md")}},
+		{name: "directory moved out of the root and a symlink to it left behind", mutate: func(t *testing.T, r string) {
+			// the same inodes stay reachable through the symlink: its subtree must not be
+			// looked at through it
+			out := filepath.Join(t.TempDir(), "moved")
+			require.NoError(t, os.Rename(filepath.Join(r, "sub"), out))
+			require.NoError(t, os.Symlink(out, filepath.Join(r, "sub")))
+		}, want: summary{Added: paths("sub"), Deleted: paths("sub/c.go", "sub/d.go", "sub/deep/e.md")}},
 		{name: "editor leftovers are not drift", mutate: func(t *testing.T, r string) {
 			write(t, r, ".a.txt.swp", "swap")
 			write(t, r, "a.txt~", "backup")
