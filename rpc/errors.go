@@ -92,7 +92,15 @@ func storeError(err error) *jsonrpc2.Error {
 	}
 	var ce *store.CorruptError
 	if errors.As(err, &ce) {
-		return rpcError(CodeCorrupt, err.Error(), map[string]string{"checkpointId": ce.CheckpointID, "reason": ce.Reason})
+		data := map[string]any{"checkpointId": ce.CheckpointID, "reason": ce.Reason}
+		if len(ce.AlsoCorrupt) > 0 {
+			also := make([]Recovered, len(ce.AlsoCorrupt))
+			for i, r := range ce.AlsoCorrupt {
+				also[i] = Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason}
+			}
+			data["alsoCorrupt"] = also
+		}
+		return rpcError(CodeCorrupt, err.Error(), data)
 	}
 	var ie *store.InvalidError
 	if errors.As(err, &ie) {

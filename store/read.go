@@ -315,6 +315,7 @@ func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (L
 			res.Checkpoint = cp
 			return nil
 		}
+		first.AlsoCorrupt = res.RecoveredFrom[1:]
 		return first
 	})
 	if err != nil {

@@ -363,4 +363,11 @@ func TestCorruption(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, ids[3], ce.CheckpointID)
 	require.False(t, errors.Is(err, ErrNotFound))
+	// ... naming the older ones too, newest first
+	var also []string
+	for _, r := range ce.AlsoCorrupt {
+		also = append(also, r.CheckpointID)
+		require.NotEmpty(t, r.Reason)
+	}
+	require.Equal(t, []string{ids[2], ids[1], ids[0]}, also)
 }

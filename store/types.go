@@ -203,6 +203,9 @@ type CorruptError struct {
 	CheckpointID string
 	WorkflowID   string // the checkpoint's workflow, when it could be read
 	Reason       string
+	// AlsoCorrupt: loading a workflow's latest checkpoint found every one corrupt; this one is
+	// the newest, AlsoCorrupt the older ones, newest first.
+	AlsoCorrupt []Recovery
 }
 
 func (e *CorruptError) Error() string {

@@ -457,3 +457,37 @@ func TestStartupRefusesDamagedFile(t *testing.T) {
 		})
 	}
 }
+
+// TestEndToEndEveryCheckpointCorrupt: a latest-load that finds no intact checkpoint answers
+// -32002 naming the newest, with every older corrupt one in data.alsoCorrupt.
+func TestEndToEndEveryCheckpointCorrupt(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "c.db")
+	d := startDaemon(t, db, "--keep-last", "0")
+	var ids []string
+	for i := 0; i < 3; i++ {
+		var r struct{ CheckpointID string }
+		d.call("checkpoint/save", map[string]any{"workflowId": "wf", "state": map[string]any{"i": i}}, nil, &r)
+		ids = append(ids, r.CheckpointID)
+	}
+	raw, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)")
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.Exec(`UPDATE states SET data = CAST('{"bad":1}' AS BLOB)`)
+	require.NoError(t, err)
+	e := d.callErr("checkpoint/load", map[string]any{"workflowId": "wf"}, nil)
+	assert.Equal(t, -32002, e.Code)
+	var data struct {
+		CheckpointID string `json:"checkpointId"`
+		Reason       string `json:"reason"`
+		AlsoCorrupt  []struct {
+			CheckpointID string `json:"checkpointId"`
+			Reason       string `json:"reason"`
+		} `json:"alsoCorrupt"`
+	}
+	require.NoError(t, json.Unmarshal(e.Data, &data))
+	assert.Equal(t, ids[2], data.CheckpointID)
+	require.Len(t, data.AlsoCorrupt, 2)
+	assert.Equal(t, ids[1], data.AlsoCorrupt[0].CheckpointID)
+	assert.Equal(t, ids[0], data.AlsoCorrupt[1].CheckpointID)
+	assert.NotEmpty(t, data.AlsoCorrupt[0].Reason)
+}

@@ -86,7 +86,8 @@ class CheckpointNotFound(CkptdError):
 
 
 class CheckpointCorrupt(CkptdError):
-    """-32002: the stored checkpoint fails verification (``data``: {checkpointId, reason})."""
+    """-32002: the stored checkpoint fails verification (``data``: {checkpointId, reason}, plus
+    ``alsoCorrupt`` [{checkpointId, reason}] when a latest-load found no intact checkpoint)."""
 
 
 class Conflict(CkptdError):
