@@ -336,9 +336,11 @@ func (s *Server) onPruned(workflowID string, ids []string, reason string) {
 type stdio struct {
 	in  io.ReadCloser
 	out io.Writer
-	// reads counts Read calls begun; waiting is set while one is blocked in in.Read.
+	// reads counts Read calls begun; waiting is set while one is blocked in in.Read; ended
+	// once a Read failed (EOF: the client closed its end).
 	reads   atomic.Uint64
 	waiting atomic.Bool
+	ended   atomic.Bool
 }
 
 func (s *stdio) Read(p []byte) (int, error) {
@@ -346,6 +348,9 @@ func (s *stdio) Read(p []byte) (int, error) {
 	s.waiting.Store(true)
 	n, err := s.in.Read(p)
 	s.waiting.Store(false)
+	if err != nil {
+		s.ended.Store(true)
+	}
 	return n, err
 }
 
@@ -355,7 +360,7 @@ func (s *stdio) Read(p []byte) (int, error) {
 // than left without a reply.
 func (s *stdio) drained(limit time.Duration) {
 	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && !s.ended.Load() {
 		n := s.reads.Load()
 		if s.waiting.Load() {
 			time.Sleep(2 * time.Millisecond)
