@@ -66,50 +66,45 @@ func (s *Store) VerifyLG(ctx context.Context) (LGCounts, []LGProblem, error) {
 				out = append(out, p)
 			}
 		}
+		// each table: its identifying columns, then encoding, size, sha256, data
+		tables := []struct {
+			table, kind, cols string
+			n                 *int
+			dest              func(p *LGProblem) []any
+			what              func(p *LGProblem) string
+		}{
+			{"lg_checkpoints", "checkpoint", "thread_id, namespace, checkpoint_id", &counts.Checkpoints,
+				func(p *LGProblem) []any { return []any{&p.ThreadID, &p.Namespace, &p.CheckpointID} },
+				func(*LGProblem) string { return "checkpoint" }},
+			{"lg_blobs", "blob", "thread_id, namespace, channel, version", &counts.Blobs,
+				func(p *LGProblem) []any { return []any{&p.ThreadID, &p.Namespace, &p.Channel, &p.Version} },
+				func(p *LGProblem) string { return fmt.Sprintf("blob %s@%s", p.Channel, p.Version) }},
+			{"lg_writes", "write", "thread_id, namespace, checkpoint_id, task_id, idx, channel", &counts.Writes,
+				func(p *LGProblem) []any {
+					return []any{&p.ThreadID, &p.Namespace, &p.CheckpointID, &p.TaskID, &p.Idx, &p.Channel}
+				},
+				func(p *LGProblem) string { return fmt.Sprintf("write %s/%d", p.TaskID, p.Idx) }},
+		}
 		var enc int
 		var size int64
 		var sha []byte
 		var data sql.RawBytes
-		err := scan("lg_checkpoints", `SELECT thread_id, namespace, checkpoint_id, encoding, size, sha256, data FROM lg_checkpoints ORDER BY id`,
-			func(rows *sql.Rows) error {
-				var p LGProblem
-				if err := rows.Scan(&p.ThreadID, &p.Namespace, &p.CheckpointID, &enc, &size, &sha, &data); err != nil {
+		for _, t := range tables {
+			q := `SELECT ` + t.cols + `, encoding, size, sha256, data FROM ` + t.table + ` ORDER BY id`
+			err := scan(t.table, q, func(rows *sql.Rows) error {
+				p := LGProblem{Kind: t.kind}
+				if err := rows.Scan(append(t.dest(&p), &enc, &size, &sha, &data)...); err != nil {
 					return err
 				}
-				counts.Checkpoints++
-				p.Kind = "checkpoint"
-				check(p, "checkpoint", data, enc, size, sha)
+				*t.n++
+				check(p, t.what(&p), data, enc, size, sha)
 				return nil
 			})
-		if err != nil {
-			return err
+			if err != nil {
+				return err
+			}
 		}
-		err = scan("lg_blobs", `SELECT thread_id, namespace, channel, version, encoding, size, sha256, data FROM lg_blobs ORDER BY id`,
-			func(rows *sql.Rows) error {
-				var p LGProblem
-				if err := rows.Scan(&p.ThreadID, &p.Namespace, &p.Channel, &p.Version, &enc, &size, &sha, &data); err != nil {
-					return err
-				}
-				counts.Blobs++
-				p.Kind = "blob"
-				check(p, fmt.Sprintf("blob %s@%s", p.Channel, p.Version), data, enc, size, sha)
-				return nil
-			})
-		if err != nil {
-			return err
-		}
-		return scan("lg_writes", `SELECT thread_id, namespace, checkpoint_id, task_id, idx, channel, encoding, size, sha256, data
-			FROM lg_writes ORDER BY id`,
-			func(rows *sql.Rows) error {
-				var p LGProblem
-				if err := rows.Scan(&p.ThreadID, &p.Namespace, &p.CheckpointID, &p.TaskID, &p.Idx, &p.Channel, &enc, &size, &sha, &data); err != nil {
-					return err
-				}
-				counts.Writes++
-				p.Kind = "write"
-				check(p, fmt.Sprintf("write %s/%d", p.TaskID, p.Idx), data, enc, size, sha)
-				return nil
-			})
+		return nil
 	})
 	if err != nil {
 		return LGCounts{}, nil, wrapDB("verify LangGraph storage", err)

@@ -9,7 +9,7 @@ import io
 import json
 import os
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 
@@ -70,25 +70,34 @@ async def _read_all_async(data: bytes, chunk: int) -> List[Msg]:
         await feeder
 
 
-def _via_pipe(data: bytes) -> List[Msg]:
-    """Reads from a real OS pipe through a BufferedReader, written in small pieces by a thread."""
+def _through_pipe(data: bytes, piece: int, read: Callable[[int], List[Msg]]) -> List[Msg]:
+    """Writes data into a real OS pipe in pieces of piece bytes from a thread while read(fd) reads it."""
     r, w = os.pipe()
 
     def writer() -> None:
         try:
             with os.fdopen(w, "wb", buffering=0) as f:
-                for i in range(0, len(data), 7):
-                    f.write(data[i : i + 7])
+                for i in range(0, len(data), piece):
+                    f.write(data[i : i + piece])
         except BrokenPipeError:  # the reader stopped at a bad frame
             pass
 
     t = threading.Thread(target=writer)
     t.start()
     try:
-        with os.fdopen(r, "rb") as f:
-            return _read_all_sync(f)
+        return read(r)
     finally:
         t.join()
+
+
+def _via_pipe(data: bytes) -> List[Msg]:
+    """Reads from a real OS pipe through a BufferedReader, written in small pieces by a thread."""
+
+    def read(fd: int) -> List[Msg]:
+        with os.fdopen(fd, "rb") as f:
+            return _read_all_sync(f)
+
+    return _through_pipe(data, 7, read)
 
 
 def test_vectors_file_found() -> None:
@@ -196,23 +205,11 @@ def _read_all_frame_reader(raw: Any) -> List[Msg]:
 
 
 def _frame_reader_via_pipe(data: bytes) -> List[Msg]:
-    r, w = os.pipe()
-
-    def writer() -> None:
-        try:
-            with os.fdopen(w, "wb", buffering=0) as f:
-                for i in range(0, len(data), 65536 + 7):
-                    f.write(data[i : i + 65536 + 7])
-        except BrokenPipeError:
-            pass
-
-    t = threading.Thread(target=writer)
-    t.start()
-    try:
-        with os.fdopen(r, "rb", buffering=0) as f:
+    def read(fd: int) -> List[Msg]:
+        with os.fdopen(fd, "rb", buffering=0) as f:
             return _read_all_frame_reader(f)
-    finally:
-        t.join()
+
+    return _through_pipe(data, 65536 + 7, read)
 
 
 @pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
