@@ -53,10 +53,13 @@ func (c *blobCache) get(sha []byte) ([]byte, bool) {
 	return e.Value.(*blobEntry).val, true
 }
 
+// keeps reports whether add keeps a value of n bytes: not when the cache is off, nor for values
+// larger than an eighth of it (one would evict everything else).
+func (c *blobCache) keeps(n int) bool { return c != nil && int64(n) <= c.max/8 }
+
 // add remembers val as the value whose stored bytes hash to sha. val must not change afterwards.
-// Values larger than an eighth of the cache are not kept (one would evict everything else).
 func (c *blobCache) add(sha, val []byte) {
-	if c == nil || len(sha) != 32 || int64(len(val)) > c.max/8 {
+	if !c.keeps(len(val)) || len(sha) != 32 {
 		return
 	}
 	key := [32]byte(sha)

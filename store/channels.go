@@ -374,7 +374,7 @@ func (s *Store) prepareLGPut(req LGPutRequest) (*lgPut, error) {
 			return nil, invalid(field+".length", "must be 0 for type empty")
 		}
 		p.blobs[i] = s.pack(b.Data)
-		if b.Type != LGEmptyType {
+		if b.Type != LGEmptyType && s.blobs.keeps(len(b.Data)) {
 			// a copy: b.Data may be part of a larger request buffer
 			s.blobs.add(p.blobs[i].sha, bytes.Clone(b.Data))
 		}
