@@ -848,3 +848,50 @@ func BenchmarkLGList10(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLGPutGrowing is the put of the LangGraph benches: one thread whose message list grows
+// by ~100 bytes a step (to ~100 KB at step 1000) plus small channels, each put storing the
+// changed channels. Run it with -benchtime=1000x to match the benches' 1000 steps.
+func BenchmarkLGPutGrowing(b *testing.B) {
+	for _, d := range []string{DurabilityFull, DurabilityNormal} {
+		b.Run(d, func(b *testing.B) { benchLGPutGrowing(b, benchStore(b, d)) })
+	}
+}
+
+func benchLGPutGrowing(b *testing.B, s *Store) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 3))
+	var msgs []byte
+	lat := make(latencies, 0, b.N)
+	parent := ""
+	startCPU(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		msg := fmt.Sprintf(`{"id":"msg-%d","role":"ai","content":%q}`, i, checkpointJSON(rng, 60))
+		if len(msgs) == 0 {
+			msgs = []byte("[" + msg + "]")
+		} else {
+			msgs = append(append(msgs[:len(msgs)-1:len(msgs)-1], ","+msg...), ']')
+		}
+		id := fmt.Sprintf("1f0%08d", i)
+		v := fmt.Sprint(i + 1)
+		req := LGPutRequest{ThreadID: "t", CheckpointID: id, ParentID: parent, Type: "json",
+			Checkpoint:      []byte(fmt.Sprintf(`{"v":4,"id":%q,"ts":"2026-11-24T00:00:00Z","versions_seen":{"agent":{"messages":%s}}}`, id, v)),
+			ChannelVersions: json.RawMessage(fmt.Sprintf(`{"messages":%s,"step":%s,"usage":%s,"config":1}`, v, v, v)),
+			Metadata:        json.RawMessage(fmt.Sprintf(`{"source":"loop","step":%d,"parents":{}}`, i)),
+			Blobs: []LGBlob{
+				{Channel: "messages", Version: v, Type: "json", Data: msgs},
+				{Channel: "step", Version: v, Type: "json", Data: []byte(v)},
+				{Channel: "usage", Version: v, Type: "json", Data: []byte(fmt.Sprintf(`{"input_tokens":%d}`, i*120))},
+			}}
+		t0 := time.Now()
+		p, _ := s.LGPut(req)
+		if err := p.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+		parent = id
+	}
+	b.StopTimer()
+	lat.report(b)
+}
