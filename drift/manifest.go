@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 
 	"github.com/zeebo/blake3"
 )
@@ -83,6 +85,43 @@ type Manifest struct {
 	Dirs        []Dir
 	Rules       []Entry  // ignore files consulted (.gitignore, .git/info/exclude)
 	Warnings    []string // per-path problems (unreadable files, vanished directories...)
+}
+
+// Validate checks what a manifest from outside (an imported archive) must hold before it is
+// stored or checked against: the current format and algorithm, an absolute root, entries
+// sorted by path without duplicates, known entry types, and every path clean and relative
+// ('/'-separated, no "", "." or ".." elements, so nothing outside the root is named).
+func (m *Manifest) Validate() error {
+	switch {
+	case m.Version != ManifestVersion:
+		return fmt.Errorf("manifest version %d (want %d)", m.Version, ManifestVersion)
+	case m.Algorithm != AlgorithmBLAKE3:
+		return fmt.Errorf("hash algorithm %q (want %q)", m.Algorithm, AlgorithmBLAKE3)
+	case !filepath.IsAbs(m.Spec.Root):
+		return fmt.Errorf("root %q is not an absolute path", m.Spec.Root)
+	}
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		switch {
+		case !fs.ValidPath(e.Path) || e.Path == ".":
+			return fmt.Errorf("entry %d: path %q is not a clean relative path", i, e.Path)
+		case i > 0 && m.Entries[i-1].Path >= e.Path:
+			return fmt.Errorf("entry %d: path %q is not after %q (entries are sorted by path, once each)", i, e.Path, m.Entries[i-1].Path)
+		case e.Type != TypeFile && e.Type != TypeSymlink:
+			return fmt.Errorf("entry %d (%s): unknown type %d", i, e.Path, e.Type)
+		}
+	}
+	for i, d := range m.Dirs {
+		if d.Path != "" && (!fs.ValidPath(d.Path) || d.Path == ".") {
+			return fmt.Errorf("directory %d: path %q is not a clean relative path", i, d.Path)
+		}
+	}
+	for i, r := range m.Rules {
+		if !fs.ValidPath(r.Path) || r.Path == "." {
+			return fmt.Errorf("ignore file %d: path %q is not a clean relative path", i, r.Path)
+		}
+	}
+	return nil
 }
 
 // fileStat is the part of struct stat we use.

@@ -2,6 +2,7 @@ package drift
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -158,6 +159,41 @@ func TestManifestRoundTrip(t *testing.T) {
 	assert.Error(t, err)
 	_, err = DecodeEntry([]byte{9})
 	assert.Error(t, err)
+}
+
+func TestManifestValidate(t *testing.T) {
+	root := mkTree(t, map[string]string{"a/b/c.go": "c", "a/d.go": "d", "x": "x", ".gitignore": "*.o\n"})
+	m := scanT(t, Spec{Root: root, Gitignore: true}, nil)
+	require.NoError(t, m.Validate(), "a scanned manifest is valid")
+	require.GreaterOrEqual(t, len(m.Entries), 3)
+	for _, tc := range []struct {
+		name   string
+		mutate func(m *Manifest)
+		want   string
+	}{
+		{"relative root", func(m *Manifest) { m.Spec.Root = "src" }, `root "src" is not an absolute path`},
+		{"version", func(m *Manifest) { m.Version = 2 }, "manifest version 2"},
+		{"algorithm", func(m *Manifest) { m.Algorithm = "md5" }, `hash algorithm "md5"`},
+		{"dot-dot entry", func(m *Manifest) { m.Entries[0].Path = "../etc/passwd" }, `path "../etc/passwd" is not a clean relative path`},
+		{"absolute entry", func(m *Manifest) { m.Entries[0].Path = "/etc/passwd" }, "is not a clean relative path"},
+		{"empty element", func(m *Manifest) { m.Entries[0].Path = "a//b" }, "is not a clean relative path"},
+		{"unsorted", func(m *Manifest) { m.Entries[0], m.Entries[1] = m.Entries[1], m.Entries[0] }, "entries are sorted by path"},
+		{"duplicate", func(m *Manifest) { m.Entries[1] = m.Entries[0] }, "entries are sorted by path, once each"},
+		{"type", func(m *Manifest) { m.Entries[0].Type = 9 }, "unknown type 9"},
+		{"dir", func(m *Manifest) { m.Dirs = append(m.Dirs, Dir{Path: "a/../.."}) }, `directory`},
+		{"rule", func(m *Manifest) { m.Rules = append(m.Rules, Entry{Path: "../.gitignore"}) }, `ignore file`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := *m
+			c.Entries = slices.Clone(m.Entries)
+			c.Dirs = slices.Clone(m.Dirs)
+			c.Rules = slices.Clone(m.Rules)
+			tc.mutate(&c)
+			err := c.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
 }
 
 func TestCheckRacyRule(t *testing.T) {
