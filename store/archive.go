@@ -28,7 +28,8 @@ type WorkflowRecord struct {
 
 // Export reads workflowID from one consistent snapshot: it calls begin with the workflow's
 // record and its number of checkpoints, then each with every checkpoint in seq order, verified
-// and complete (state, task lists, pending writes). Only one checkpoint is in memory at a time.
+// and complete (state, task lists, pending writes, drift manifest). Only one checkpoint is in
+// memory at a time.
 // A checkpoint that fails verification stops the export with its *CorruptError; an unknown
 // workflow gives ErrNotFound. Nothing is retried once begin was called.
 func (s *Store) Export(ctx context.Context, workflowID string, begin func(WorkflowRecord, int) error, each func(Checkpoint) error) error {
@@ -103,6 +104,14 @@ func (s *Store) Export(ctx context.Context, workflowID string, begin func(Workfl
 		}
 		if err != nil {
 			return wrapDB(fmt.Sprintf("export checkpoint %q", r.id), err)
+		}
+		switch cp.Manifest, err = s.loadManifestTx(ctx, tx, r.rowid); {
+		case errors.Is(err, ErrNotFound):
+		case errors.As(err, &ce):
+			ce.CheckpointID, ce.WorkflowID = r.id, workflowID
+			return ce
+		case err != nil:
+			return wrapDB(fmt.Sprintf("export the source manifest of checkpoint %q", r.id), err)
 		}
 		if err := each(cp); err != nil {
 			return err
@@ -236,6 +245,7 @@ func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf WorkflowReco
 
 	var lastOriginal int64
 	first := true
+	var prevManifest *EncodedManifest // the last imported manifest: consecutive ones share most entries
 	for cp, err := range cps {
 		if err != nil {
 			return err
@@ -304,7 +314,7 @@ func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf WorkflowReco
 			res.Renumbered++
 		}
 		maxSeq = seq
-		if err := s.importInsert(ctx, w, sj, cp, seq, now); err != nil {
+		if err := s.importInsert(ctx, w, sj, cp, seq, now, &prevManifest); err != nil {
 			return fmt.Errorf("checkpoint %q: %w", cp.CheckpointID, err)
 		}
 		res.Checkpoints = append(res.Checkpoints, ImportedCheckpoint{CheckpointID: cp.CheckpointID, Status: ImportAdded,
@@ -323,8 +333,10 @@ func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf WorkflowReco
 	return nil
 }
 
-// importInsert writes one prepared checkpoint with the given seq and its original creation time.
-func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp Checkpoint, seq int64, now time.Time) error {
+// importInsert writes one prepared checkpoint with the given seq and its original creation time,
+// and its manifest if it has one (encoded against *prevManifest, which it then replaces).
+func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp Checkpoint, seq int64, now time.Time,
+	prevManifest **EncodedManifest) error {
 	ws := s.ws
 	r := &sj.req
 	stored, dedup, err := s.storeState(ctx, w, sj)
@@ -365,5 +377,19 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp Checkp
 			return err
 		}
 	}
+	if cp.Manifest == nil {
+		return nil
+	}
+	if err := cp.Manifest.Validate(); err != nil {
+		return invalid("manifest", "%v", err)
+	}
+	em, err := EncodeManifest(cp.Manifest, *prevManifest)
+	if err != nil {
+		return invalid("manifest", "%v", err)
+	}
+	if err := s.insertManifest(ctx, w, rowid, em); err != nil {
+		return err
+	}
+	*prevManifest = em
 	return nil
 }

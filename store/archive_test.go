@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ckptd/ckptd/drift"
 )
 
 // exportAll collects a workflow through Export.
@@ -259,4 +263,62 @@ func TestExportCorruptAndUnknown(t *testing.T) {
 	assert.Equal(t, "c-3", ce.CheckpointID)
 	err = s.Export(context.Background(), "nope", func(WorkflowRecord, int) error { return nil }, func(Checkpoint) error { return nil })
 	assert.ErrorIs(t, err, ErrNotFound)
+}
+
+// TestExportImportManifests: the drift manifest recorded with a checkpoint travels with it, so
+// drift can be checked against an imported checkpoint as against the original.
+func TestExportImportManifests(t *testing.T) {
+	src := openTest(t)
+	root := srcTree(t, 40)
+	m1 := scanTree(t, root, nil)
+	em1 := saveWithManifest(t, src, "wf", "c-1", m1, nil)
+	mustSave(t, src, SaveRequest{WorkflowID: "wf", CheckpointID: "c-2", State: []byte(`{}`)}) // no sources
+	require.NoError(t, os.WriteFile(filepath.Join(root, "pkg1", "new.go"), []byte("package p\n"), 0o644))
+	m3 := scanTree(t, root, m1)
+	saveWithManifest(t, src, "wf", "c-3", m3, em1)
+
+	rec, cps := exportAll(t, src, "wf")
+	require.Len(t, cps, 3)
+	require.NotNil(t, cps[0].Manifest)
+	assert.Nil(t, cps[1].Manifest)
+	require.NotNil(t, cps[2].Manifest)
+	assert.Equal(t, manifestBytes(t, m1), manifestBytes(t, cps[0].Manifest))
+	assert.Equal(t, manifestBytes(t, m3), manifestBytes(t, cps[2].Manifest))
+
+	dst := openTest(t)
+	res, err := dst.Import(context.Background(), rec, seqOf(cps), ImportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Imported)
+	for id, want := range map[string]*drift.Manifest{"c-1": m1, "c-3": m3} {
+		got, err := loadManifestOf(t, dst, id)
+		require.NoError(t, err, id)
+		assert.Equal(t, manifestBytes(t, want), manifestBytes(t, got), id)
+	}
+	_, err = loadManifestOf(t, dst, "c-2")
+	require.ErrorIs(t, err, ErrNotFound)
+	// the two manifests share their unchanged entries on this side too
+	var entries int
+	require.NoError(t, dst.rdb.QueryRow(`SELECT count(*) FROM drift_entries`).Scan(&entries))
+	assert.Equal(t, len(m3.Entries), entries)
+
+	// a second import skips everything and leaves the manifests alone
+	res, err = dst.Import(context.Background(), rec, seqOf(cps), ImportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Skipped)
+	_, again := exportAll(t, dst, "wf")
+	assert.Equal(t, manifestBytes(t, m3), manifestBytes(t, again[2].Manifest))
+
+	// a manifest whose root is not absolute is refused, and nothing is imported
+	bad := slices.Clone(cps)
+	rel := *bad[2].Manifest
+	rel.Spec.Root = "relative/dir"
+	bad[2].Manifest = &rel
+	other := openTest(t)
+	_, err = other.Import(context.Background(), rec, seqOf(bad), ImportOptions{})
+	var ie *InvalidError
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, "manifest", ie.Field)
+	assert.Contains(t, ie.Reason, `root "relative/dir" is not an absolute path`)
+	_, err = other.CheckpointManifestRef(context.Background(), "c-1")
+	require.ErrorIs(t, err, ErrNotFound)
 }

@@ -379,73 +379,78 @@ func (s *Store) LatestWorkflowManifest(ctx context.Context, workflowID, root str
 // loadManifest reads and decodes the manifest of checkpoint rowid in one read transaction.
 func (s *Store) loadManifest(ctx context.Context, rowid int64) (*drift.Manifest, error) {
 	var m *drift.Manifest
-	err := s.readManifestTx(ctx, "load manifest", func(tx *sql.Tx) error {
-		m = nil
-		var header, ids []byte
-		rows, err := s.query(ctx, tx, `SELECT header, chunks FROM drift_manifests WHERE ckpt = ?`, rowid)
-		if err != nil {
-			return err
-		}
-		if !rows.Next() {
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			return ErrNotFound
-		}
-		err = rows.Scan(&header, &ids)
-		rows.Close()
-		if err != nil {
-			return err
-		}
-		hm, err := drift.UnmarshalManifest(header)
-		if err != nil {
-			return &CorruptError{Reason: "stored source manifest does not decode: " + err.Error()}
-		}
-		keys, err := s.chunkKeys(ctx, tx, ids)
-		if err != nil {
-			return err
-		}
-		n := len(keys) / entryKeyLen
-		hm.Entries = make([]drift.Entry, 0, n)
-		if n > 0 {
-			rows, err := s.query(ctx, tx, keysCTE+`SELECT k.i, e.data FROM k
-					JOIN drift_entries e ON e.key = substr(?1, k.i * 16 + 1, 16) ORDER BY k.i`, keys, n)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			next := 0
-			for rows.Next() {
-				var i int
-				var data []byte
-				if err := rows.Scan(&i, &data); err != nil {
-					return err
-				}
-				if i != next {
-					return &CorruptError{Reason: fmt.Sprintf("stored source manifest: entry %d of %d is missing", next, n)}
-				}
-				e, err := drift.DecodeEntry(data)
-				if err != nil {
-					return &CorruptError{Reason: "stored source manifest: " + err.Error()}
-				}
-				hm.Entries = append(hm.Entries, e)
-				next++
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if next != n {
-				return &CorruptError{Reason: fmt.Sprintf("stored source manifest: %d of %d entries missing", n-next, n)}
-			}
-		}
-		m = hm
-		return nil
+	err := s.readManifestTx(ctx, "load manifest", func(tx *sql.Tx) (err error) {
+		m, err = s.loadManifestTx(ctx, tx, rowid)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// loadManifestTx reads and decodes the manifest of checkpoint rowid in tx; ErrNotFound if the
+// checkpoint has none.
+func (s *Store) loadManifestTx(ctx context.Context, tx *sql.Tx, rowid int64) (*drift.Manifest, error) {
+	var header, ids []byte
+	rows, err := s.query(ctx, tx, `SELECT header, chunks FROM drift_manifests WHERE ckpt = ?`, rowid)
+	if err != nil {
+		return nil, err
+	}
+	if !rows.Next() {
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		return nil, ErrNotFound
+	}
+	err = rows.Scan(&header, &ids)
+	rows.Close()
+	if err != nil {
+		return nil, err
+	}
+	hm, err := drift.UnmarshalManifest(header)
+	if err != nil {
+		return nil, &CorruptError{Reason: "stored source manifest does not decode: " + err.Error()}
+	}
+	keys, err := s.chunkKeys(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	n := len(keys) / entryKeyLen
+	hm.Entries = make([]drift.Entry, 0, n)
+	if n > 0 {
+		rows, err := s.query(ctx, tx, keysCTE+`SELECT k.i, e.data FROM k
+				JOIN drift_entries e ON e.key = substr(?1, k.i * 16 + 1, 16) ORDER BY k.i`, keys, n)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		next := 0
+		for rows.Next() {
+			var i int
+			var data []byte
+			if err := rows.Scan(&i, &data); err != nil {
+				return nil, err
+			}
+			if i != next {
+				return nil, &CorruptError{Reason: fmt.Sprintf("stored source manifest: entry %d of %d is missing", next, n)}
+			}
+			e, err := drift.DecodeEntry(data)
+			if err != nil {
+				return nil, &CorruptError{Reason: "stored source manifest: " + err.Error()}
+			}
+			hm.Entries = append(hm.Entries, e)
+			next++
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if next != n {
+			return nil, &CorruptError{Reason: fmt.Sprintf("stored source manifest: %d of %d entries missing", n-next, n)}
+		}
+	}
+	return hm, nil
 }
 
 // chunkKeys concatenates the entry keys of the chunks ids, in order.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/ckptd/ckptd/drift"
 )
 
 // Phase is where in a step a checkpoint was taken.
@@ -120,6 +122,9 @@ type Checkpoint struct {
 	CompletedTasks json.RawMessage
 	PendingTasks   json.RawMessage
 	PendingWrites  []Write
+	// Manifest is the drift manifest recorded with the checkpoint, if any. Only Export fills
+	// it and Import stores it; loads leave it nil (Store.Manifest reads it).
+	Manifest *drift.Manifest
 }
 
 // Recovery names a corrupt checkpoint skipped by a latest-load.

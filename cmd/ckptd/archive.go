@@ -7,8 +7,9 @@ package main
 //	header  = "CKPTD-ARCHIVE\n" version:uint16be compression:uint8 reserved:uint8      (18 bytes)
 //	body    = records, as one zstd stream when compression = 1
 //	record  = kind:byte length:uint64be payload
-//	records = H W (C [S])* E, plus optional lowercase-kind records anywhere after W except
-//	          between a C and its S (readers skip kinds they do not know)
+//	records = H W (C [S] [m])* E, plus optional lowercase-kind records anywhere after W except
+//	          between a C and its S (readers skip kinds they do not know); m is the drift manifest
+//	          of the checkpoint before it
 //	trailer = "CKPTD-SHA256" sha256(every byte of the file before the digest)          (44 bytes)
 
 import (
@@ -29,6 +30,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -48,6 +50,7 @@ const (
 	recCheckpoint = 'C'
 	recState      = 'S'
 	recEnd        = 'E'
+	recManifest   = 'm' // optional: the drift manifest of the checkpoint before it
 
 	maxJSONRecord  = 1 << 30
 	maxStateRecord = cliMaxStateBytes
@@ -96,6 +99,12 @@ type archiveCheckpoint struct {
 	CompletedTasks []byte           `json:"completedTasks,omitempty"`
 	PendingTasks   []byte           `json:"pendingTasks,omitempty"`
 	PendingWrites  []archiveWrite   `json:"pendingWrites,omitempty"`
+}
+
+// archiveManifest is an m record: the drift manifest recorded with the checkpoint it follows.
+type archiveManifest struct {
+	CheckpointID string `json:"checkpointId"`
+	Manifest     []byte `json:"manifest"` // base64 of drift.MarshalManifest
 }
 
 type archiveWrite struct {
@@ -174,7 +183,8 @@ func (a *archiveWriter) begin(h archiveHeader, rec store.WorkflowRecord) error {
 	return a.jsonRecord(recWorkflow, w)
 }
 
-// checkpoint writes a C record and, when the checkpoint has state, its S record.
+// checkpoint writes a C record, its S record when the checkpoint has state and its m record when
+// it has a drift manifest.
 func (a *archiveWriter) checkpoint(cp store.Checkpoint) error {
 	for _, s := range []string{cp.CheckpointID, cp.WorkflowID, cp.Namespace, cp.ParentID, cp.StepName, cp.WorkflowHash} {
 		if !utf8.ValidString(s) {
@@ -200,10 +210,19 @@ func (a *archiveWriter) checkpoint(cp store.Checkpoint) error {
 	if err := a.jsonRecord(recCheckpoint, ac); err != nil {
 		return err
 	}
-	if cp.StateType == store.StateNone {
+	if cp.StateType != store.StateNone {
+		if err := a.record(recState, cp.State); err != nil {
+			return err
+		}
+	}
+	if cp.Manifest == nil {
 		return nil
 	}
-	return a.record(recState, cp.State)
+	m, err := drift.MarshalManifest(cp.Manifest)
+	if err != nil {
+		return fmt.Errorf("checkpoint %q: source manifest: %w", cp.CheckpointID, err)
+	}
+	return a.jsonRecord(recManifest, archiveManifest{CheckpointID: cp.CheckpointID, Manifest: m})
 }
 
 // finish writes the E record, ends the body and writes the trailer.
@@ -426,12 +445,18 @@ func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
 		}
 		n := 0
 		var lastSeq int64
+		var kind byte
+		var b []byte
+		var err error
+		next := true // read the next record; false: the lookahead after a checkpoint holds it
 		for {
-			kind, b, err := a.record(maxJSONRecord)
-			if err != nil {
-				yield(store.Checkpoint{}, a.fail(err))
-				return
+			if next {
+				if kind, b, err = a.record(maxJSONRecord); err != nil {
+					yield(store.Checkpoint{}, a.fail(err))
+					return
+				}
 			}
+			next = true
 			switch {
 			case kind == recEnd:
 				if err := a.end(b, n); err != nil {
@@ -439,6 +464,9 @@ func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
 				}
 				return
 			case kind == recCheckpoint:
+			case kind == recManifest:
+				yield(store.Checkpoint{}, a.fail(errors.New("a source manifest record before any checkpoint")))
+				return
 			case kind >= 'a' && kind <= 'z':
 				continue // an optional record of a newer writer: skipped (the digest still covers it)
 			default:
@@ -450,6 +478,24 @@ func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
 				yield(store.Checkpoint{}, a.fail(err))
 				return
 			}
+			// The optional records after it: its manifest, and any a newer writer added.
+			for {
+				if kind, b, err = a.record(maxJSONRecord); err != nil {
+					yield(store.Checkpoint{}, a.fail(err))
+					return
+				}
+				if kind < 'a' || kind > 'z' {
+					break
+				}
+				if kind != recManifest {
+					continue
+				}
+				if cp.Manifest, err = a.manifest(b, cp); err != nil {
+					yield(store.Checkpoint{}, a.fail(err))
+					return
+				}
+			}
+			next = false
 			n++
 			lastSeq = cp.Seq
 			if !yield(cp, nil) {
@@ -520,6 +566,25 @@ func (a *archiveReader) checkpoint(b []byte, n int, lastSeq int64) (store.Checkp
 	}
 	cp.State = state
 	return cp, nil
+}
+
+// manifest decodes the m record b that follows checkpoint cp.
+func (a *archiveReader) manifest(b []byte, cp store.Checkpoint) (*drift.Manifest, error) {
+	var am archiveManifest
+	if err := json.Unmarshal(b, &am); err != nil {
+		return nil, fmt.Errorf("checkpoint %q: source manifest record: %v", cp.CheckpointID, err)
+	}
+	switch {
+	case am.CheckpointID != cp.CheckpointID:
+		return nil, fmt.Errorf("checkpoint %q is followed by the source manifest of %q", cp.CheckpointID, am.CheckpointID)
+	case cp.Manifest != nil:
+		return nil, fmt.Errorf("checkpoint %q: a second source manifest", cp.CheckpointID)
+	}
+	m, err := drift.UnmarshalManifest(am.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %q: source manifest: %v", cp.CheckpointID, err)
+	}
+	return m, nil
 }
 
 // end checks the E record, that nothing follows it, and the file digest.

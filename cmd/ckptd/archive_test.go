@@ -5,13 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -196,11 +200,100 @@ func TestArchiveOptionalRecords(t *testing.T) {
 		require.NoError(t, aw.finish())
 		return buf.Bytes()
 	}
-	_, got, err := readTestArchive(build('m'))
+	_, got, err := readTestArchive(build('x'))
 	require.NoError(t, err)
 	assert.Len(t, got, len(cps))
 	_, _, err = readTestArchive(build('M'))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "invalid archive")
 	assert.Contains(t, err.Error(), `unexpected 'M' record`)
+}
+
+// TestArchiveManifests: a checkpoint's drift manifest travels as the m record after it, among
+// other optional records; a misplaced, foreign, doubled or undecodable one refuses the archive.
+func TestArchiveManifests(t *testing.T) {
+	t.Parallel()
+	rec, cps := archiveCheckpoints()
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "a.py"), []byte("print(1)\n"), 0o644))
+	m, err := drift.Scan(t.Context(), drift.Spec{Root: root, Gitignore: true}, nil, drift.ScanOptions{})
+	require.NoError(t, err)
+	mb, err := drift.MarshalManifest(m)
+	require.NoError(t, err)
+	cps[0].Manifest, cps[2].Manifest = m, m // a checkpoint with state, one without
+
+	// build writes the archive; extra(i) adds records after checkpoint i's own (before: i = -1)
+	build := func(extra func(aw *archiveWriter, i int)) []byte {
+		var buf bytes.Buffer
+		aw, err := newArchiveWriter(&buf, compressionZstd)
+		require.NoError(t, err)
+		require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, WorkflowID: "wf",
+			Checkpoints: len(cps)}, rec))
+		extra(aw, -1)
+		for i, cp := range cps {
+			require.NoError(t, aw.checkpoint(cp))
+			extra(aw, i)
+		}
+		require.NoError(t, aw.finish())
+		return buf.Bytes()
+	}
+	manifestRec := func(id string, b []byte) []byte {
+		j, err := json.Marshal(archiveManifest{CheckpointID: id, Manifest: b})
+		require.NoError(t, err)
+		return j
+	}
+
+	_, got, err := readTestArchive(build(func(aw *archiveWriter, i int) {
+		require.NoError(t, aw.record('x', []byte("future"))) // unknown optional records around the manifests
+	}))
+	require.NoError(t, err)
+	require.Len(t, got, len(cps))
+	for i := range cps {
+		if cps[i].Manifest == nil {
+			assert.Nil(t, got[i].Manifest, i)
+			continue
+		}
+		require.NotNil(t, got[i].Manifest, i)
+		b, err := drift.MarshalManifest(got[i].Manifest)
+		require.NoError(t, err)
+		assert.Equal(t, mb, b, i)
+	}
+
+	for name, tc := range map[string]struct {
+		extra func(aw *archiveWriter, i int)
+		want  string
+	}{
+		"before any checkpoint": {func(aw *archiveWriter, i int) {
+			if i == -1 {
+				require.NoError(t, aw.record(recManifest, manifestRec("c-1", mb)))
+			}
+		}, "a source manifest record before any checkpoint"},
+		"another checkpoint's": {func(aw *archiveWriter, i int) {
+			if i == 1 {
+				require.NoError(t, aw.record(recManifest, manifestRec("c-1", mb)))
+			}
+		}, `checkpoint "c-2" is followed by the source manifest of "c-1"`},
+		"twice": {func(aw *archiveWriter, i int) {
+			if i == 0 {
+				require.NoError(t, aw.record(recManifest, manifestRec("c-1", mb)))
+			}
+		}, `checkpoint "c-1": a second source manifest`},
+		"undecodable": {func(aw *archiveWriter, i int) {
+			if i == 1 {
+				require.NoError(t, aw.record(recManifest, manifestRec("c-2", []byte("nope"))))
+			}
+		}, `checkpoint "c-2": source manifest:`},
+		"not JSON": {func(aw *archiveWriter, i int) {
+			if i == 1 {
+				require.NoError(t, aw.record(recManifest, []byte("{")))
+			}
+		}, `checkpoint "c-2": source manifest record:`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := readTestArchive(build(tc.extra))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "invalid archive")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
 }

@@ -76,7 +76,7 @@ func runExport(ctx context.Context, e *env, args []string) error {
 		}
 		bw := bufio.NewWriterSize(dst, 1<<20)
 		var aw *archiveWriter
-		var n int
+		var n, manifests int
 		var stateBytes int64
 		err := st.Export(ctx, wf, func(rec store.WorkflowRecord, count int) error {
 			var err error
@@ -88,6 +88,9 @@ func runExport(ctx context.Context, e *env, args []string) error {
 		}, func(cp store.Checkpoint) error {
 			n++
 			stateBytes += int64(len(cp.State))
+			if cp.Manifest != nil {
+				manifests++
+			}
 			return aw.checkpoint(cp)
 		})
 		var ce *store.CorruptError
@@ -119,8 +122,12 @@ func runExport(ctx context.Context, e *env, args []string) error {
 		} else {
 			report = e.stderr
 		}
-		fmt.Fprintf(report, "exported workflow %s to %s: %s, %s of state\n", wf, *out,
-			plural(n, "checkpoint", "checkpoints"), fmtBytes(stateBytes))
+		withSources := ""
+		if manifests > 0 {
+			withSources = fmt.Sprintf(" (%d with sources)", manifests)
+		}
+		fmt.Fprintf(report, "exported workflow %s to %s: %s%s, %s of state\n", wf, *out,
+			plural(n, "checkpoint", "checkpoints"), withSources, fmtBytes(stateBytes))
 		return nil
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -273,4 +274,67 @@ func TestCLIExportErrors(t *testing.T) {
 	res := cliRunTTY(t, "stdout", "export", "wf-beta", "-o", "-", "--db", src.path)
 	assert.Equal(t, exitUsage, res.code)
 	assert.Contains(t, res.stderr, "not writing a binary archive to a terminal")
+}
+
+// TestCLIExportImportSources: the source manifests recorded with checkpoints travel in the
+// archive, so `ckptd drift` answers the same on the imported copy as on the original.
+func TestCLIExportImportSources(t *testing.T) {
+	t.Parallel()
+	db := newCLIDB(t, nil)
+	src := filepath.Join(db.dir, "src")
+	writeFile(t, filepath.Join(src, "agent.py"), "def fetch():\n    return 'v1'\n")
+	writeFile(t, filepath.Join(src, "lib", "util.py"), "def util():\n    pass\n")
+	scan := func(prev *drift.Manifest) *drift.Manifest {
+		m, err := drift.Scan(t.Context(), drift.Spec{Root: src, Gitignore: true}, prev, drift.ScanOptions{})
+		require.NoError(t, err)
+		return m
+	}
+	m1 := scan(nil)
+	enc1, err := store.EncodeManifest(m1, nil)
+	require.NoError(t, err)
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc1})
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-2", State: []byte(`{}`), StateType: store.StateJSON})
+	writeFile(t, filepath.Join(src, "lib", "new.py"), "new\n")
+	enc3, err := store.EncodeManifest(scan(m1), enc1)
+	require.NoError(t, err)
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-3", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc3})
+	db.close()
+
+	archive := filepath.Join(db.dir, "src.ckpt")
+	res := cliRun(t, nil, "export", "wf-src", "-o", archive, "--db", db.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "3 checkpoints (2 with sources)")
+	dstDB := filepath.Join(t.TempDir(), "dst.db")
+	res = cliRun(t, nil, "import", archive, "--db", dstDB)
+	require.Equal(t, exitOK, res.code, res.stderr)
+
+	b, err := os.ReadFile(archive)
+	require.NoError(t, err)
+	_, cps, err := readTestArchive(b)
+	require.NoError(t, err)
+	require.Len(t, cps, 3)
+	assert.NotNil(t, cps[0].Manifest)
+	assert.Nil(t, cps[1].Manifest)
+	assert.NotNil(t, cps[2].Manifest)
+
+	same := func(args ...string) {
+		t.Helper()
+		want := cliRun(t, nil, append(args, "--db", db.path)...)
+		got := cliRun(t, nil, append(args, "--db", dstDB)...)
+		assert.Equal(t, want.code, got.code, "%v", args)
+		assert.Equal(t, want.stdout, got.stdout, "%v", args)
+	}
+	res = cliRun(t, nil, "drift", "wf-src", "--db", dstDB)
+	assert.Equal(t, exitOK, res.code, res.stdout) // the latest checkpoint's sources are unchanged
+	same("drift", "wf-src")
+	same("drift", "wf-src", "--checkpoint", "c-1")
+	writeFile(t, filepath.Join(src, "agent.py"), "def fetch():\n    return 'v2'\n")
+	res = cliRun(t, nil, "drift", "wf-src", "--db", dstDB)
+	assert.Equal(t, exitProblem, res.code, res.stdout)
+	assert.Contains(t, res.stdout, "agent.py")
+	same("drift", "wf-src")
+	same("drift", "wf-src", "--checkpoint", "c-1")
+	res = cliRun(t, nil, "drift", "wf-src", "--checkpoint", "c-2", "--db", dstDB)
+	assert.Equal(t, exitProblem, res.code)
+	assert.Contains(t, res.stderr, "no sources recorded for checkpoint c-2")
 }
