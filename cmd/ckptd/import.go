@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/ckptd/ckptd/store"
 )
@@ -21,9 +23,15 @@ their original order). A checkpoint already present with the same content is ski
 importing twice is a no-op; the same id with different content refuses the whole import.
 FILE "-" reads the archive from stdin.
 
+Source manifests (what drift compares against) come along with their checkpoints and name the
+sources' absolute directory. When the sources live elsewhere here, --sources-root OLD=NEW moves
+every manifest whose root is OLD or below it (and the workflow's configured sources, when the
+import creates the workflow) to NEW.
+
 examples:
   ckptd import wf-1.ckpt
   ckptd import --dry-run wf-1.ckpt
+  ckptd import wf-1.ckpt --sources-root /home/ci/agent=/srv/agent
   ssh build-host ckptd export wf-1 -o - | ckptd import -
 `
 
@@ -34,6 +42,7 @@ type importReport struct {
 	Imported        int                        `json:"imported"`
 	Skipped         int                        `json:"skipped"`
 	Renumbered      int                        `json:"renumbered"`
+	SourcesRebased  int                        `json:"sourcesRebased,omitempty"` // manifests moved by --sources-root
 	DryRun          bool                       `json:"dryRun"`
 	Checkpoints     []importReportedCheckpoint `json:"checkpoints"`
 }
@@ -51,6 +60,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	registerDBFlags(fs, &g)
 	dryRun := fs.Bool("dry-run", false, "verify the archive and report what would be imported; write nothing")
 	asJSON := fs.Bool("json", false, "print JSON")
+	sourcesRoot := fs.String("sources-root", "", "move source manifests rooted at or below `OLD=NEW` (absolute directories)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -61,6 +71,12 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	case len(pos) > 1:
 		return usageError{fmt.Sprintf("unexpected argument %q (import takes one FILE)", pos[1])}
 	}
+	var rebase *rootRebase
+	if *sourcesRoot != "" {
+		if rebase, err = parseRootRebase(*sourcesRoot); err != nil {
+			return usageError{"--sources-root: " + err.Error()}
+		}
+	}
 	name := pos[0]
 	f, err := openImportFile(e, name)
 	if err != nil {
@@ -69,8 +85,17 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	defer f.close()
 
 	// Pass 1: verify everything before the database is even opened.
-	if err := verifyArchive(f.f, f.size); err != nil {
+	roots, err := verifyArchive(f.f, f.size)
+	if err != nil {
 		return importFailed(name, err)
+	}
+	if rebase != nil && !slices.ContainsFunc(roots, rebase.matches) {
+		have := "it has none"
+		if len(roots) > 0 {
+			have = "theirs: " + strings.Join(roots, ", ")
+		}
+		return usageError{fmt.Sprintf("--sources-root: no source manifest in %s has its root at or below %s (%s)",
+			name, rebase.old, have)}
 	}
 	// A dry run does not create a missing database.
 	return withStore(ctx, e, &g, !*dryRun, func(st *store.Store) error {
@@ -84,13 +109,21 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return importFailed(name, err)
 		}
-		res, err := st.Import(ctx, rec, ar.checkpoints(), store.ImportOptions{DryRun: *dryRun})
+		cps := ar.checkpoints()
+		rebased := 0
+		if rebase != nil {
+			if rec.Config, err = rebase.config(rec.Config); err != nil {
+				return importFailed(name, err)
+			}
+			cps = rebase.manifests(cps, &rebased)
+		}
+		res, err := st.Import(ctx, rec, cps, store.ImportOptions{DryRun: *dryRun})
 		if err != nil {
 			return importFailed(name, err)
 		}
 		rep := importReport{WorkflowID: res.WorkflowID, File: name, CreatedWorkflow: res.CreatedWorkflow,
 			Imported: res.Imported, Skipped: res.Skipped, Renumbered: res.Renumbered, DryRun: res.DryRun,
-			Checkpoints: make([]importReportedCheckpoint, 0, len(res.Checkpoints))}
+			SourcesRebased: rebased, Checkpoints: make([]importReportedCheckpoint, 0, len(res.Checkpoints))}
 		for _, c := range res.Checkpoints {
 			rep.Checkpoints = append(rep.Checkpoints, importReportedCheckpoint{CheckpointID: c.CheckpointID,
 				Status: c.Status, Seq: c.Seq, OriginalSeq: c.OriginalSeq})
@@ -110,22 +143,28 @@ func importFailed(name string, err error) error {
 	return fmt.Errorf("%w; nothing was imported", err)
 }
 
-// verifyArchive reads a whole archive, checking everything, without keeping it.
-func verifyArchive(src io.ReaderAt, size int64) error {
+// verifyArchive reads a whole archive, checking everything, without keeping it. It returns the
+// distinct roots of its source manifests, sorted.
+func verifyArchive(src io.ReaderAt, size int64) ([]string, error) {
 	ar, err := openArchive(src, size)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer ar.close()
 	if _, err := ar.workflow(); err != nil {
-		return err
+		return nil, err
 	}
-	for _, err := range ar.checkpoints() {
+	var roots []string
+	for cp, err := range ar.checkpoints() {
 		if err != nil {
-			return err
+			return nil, err
+		}
+		if cp.Manifest != nil && !slices.Contains(roots, cp.Manifest.Spec.Root) {
+			roots = append(roots, cp.Manifest.Spec.Root)
 		}
 	}
-	return nil
+	slices.Sort(roots)
+	return roots, nil
 }
 
 type importFile struct {
@@ -185,6 +224,9 @@ func (r importReport) text(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "%s workflow %s (%s) from %s: %d imported, %d skipped\n", verb, r.WorkflowID, where, r.File,
 		r.Imported, r.Skipped)
+	if r.SourcesRebased > 0 {
+		fmt.Fprintf(e.stdout, "%s moved to the new sources root\n", plural(r.SourcesRebased, "source manifest", "source manifests"))
+	}
 	if len(r.Checkpoints) == 0 {
 		return nil
 	}

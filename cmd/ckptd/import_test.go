@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -337,4 +338,60 @@ func TestCLIExportImportSources(t *testing.T) {
 	res = cliRun(t, nil, "drift", "wf-src", "--checkpoint", "c-2", "--db", dstDB)
 	assert.Equal(t, exitProblem, res.code)
 	assert.Contains(t, res.stderr, "no sources recorded for checkpoint c-2")
+}
+
+// TestCLIImportSourcesRoot: with --sources-root, checkpoints whose sources moved (another
+// machine, another checkout) are checked for drift against the sources at their new place.
+func TestCLIImportSourcesRoot(t *testing.T) {
+	t.Parallel()
+	db := newCLIDB(t, nil)
+	src := filepath.Join(db.dir, "old", "agent")
+	files := map[string]string{"agent.py": "def fetch():\n    return 'v1'\n", "lib/util.py": "def util():\n    pass\n"}
+	for p, c := range files {
+		writeFile(t, filepath.Join(src, p), c)
+	}
+	m, err := drift.Scan(t.Context(), drift.Spec{Root: src, Gitignore: true}, nil, drift.ScanOptions{})
+	require.NoError(t, err)
+	enc, err := store.EncodeManifest(m, nil)
+	require.NoError(t, err)
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
+	require.NoError(t, db.st.SetWorkflowSources(t.Context(), "wf-src", []byte(`{"root":`+strconv.Quote(src)+`,"gitignore":true}`)))
+	db.close()
+	archive := filepath.Join(db.dir, "src.ckpt")
+	res := cliRun(t, nil, "export", "wf-src", "-o", archive, "--db", db.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+
+	// the sources now live elsewhere, one of them edited
+	moved := filepath.Join(t.TempDir(), "srv", "agent")
+	for p, c := range files {
+		writeFile(t, filepath.Join(moved, p), c)
+	}
+	dstDB := filepath.Join(t.TempDir(), "dst.db")
+	res = cliRun(t, nil, "import", archive, "--sources-root", filepath.Dir(src)+"="+filepath.Dir(moved), "--db", dstDB)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "1 source manifest moved to the new sources root")
+	res = cliRun(t, nil, "drift", "wf-src", "--json", "--db", dstDB)
+	assert.Equal(t, exitOK, res.code, res.stdout)
+	assert.Contains(t, res.stdout, strconv.Quote(moved))
+	writeFile(t, filepath.Join(moved, "agent.py"), "def fetch():\n    return 'v2'\n")
+	res = cliRun(t, nil, "drift", "wf-src", "--db", dstDB)
+	assert.Equal(t, exitProblem, res.code, res.stdout)
+	assert.Contains(t, res.stdout, "agent.py")
+	assert.NotContains(t, res.stdout, "util.py")
+
+	// the workflow's configured sources moved too
+	st, err := store.Open(t.Context(), store.Options{Path: dstDB, NoCompactor: true})
+	require.NoError(t, err)
+	cfg, err := st.WorkflowSources(t.Context(), "wf-src")
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	assert.JSONEq(t, `{"root":`+strconv.Quote(moved)+`,"gitignore":true}`, string(cfg))
+
+	// a flag that matches no manifest refuses the import, as does a relative OLD
+	res = cliRun(t, nil, "import", archive, "--sources-root", "/nowhere=/x", "--db", filepath.Join(t.TempDir(), "x.db"))
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "--sources-root: no source manifest in "+archive+" has its root at or below /nowhere (theirs: "+src+")")
+	res = cliRun(t, nil, "import", archive, "--sources-root", "relative=/x", "--db", filepath.Join(t.TempDir(), "x.db"))
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, `--sources-root: OLD "relative" is not an absolute path`)
 }
