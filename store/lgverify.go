@@ -35,26 +35,12 @@ func (s *Store) VerifyLG(ctx context.Context) (LGCounts, []LGProblem, error) {
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		counts, out = LGCounts{}, nil
 		scan := func(table, q string, each func(rows *sql.Rows) error) error {
-			rows, err := tx.QueryContext(ctx, q)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				if err := each(rows); err != nil {
-					return err
-				}
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			if err := rows.Err(); isCorrupt(err) {
+			err := scanRows(ctx, tx, q, each)
+			if isCorrupt(err) {
 				out = append(out, LGProblem{Kind: "table", Reason: table + ": " + err.Error()})
 				return nil
-			} else if err != nil {
-				return err
 			}
-			return nil
+			return err
 		}
 		check := func(p LGProblem, what string, data sql.RawBytes, enc int, size int64, sha []byte) {
 			if _, err := s.unpack(p.CheckpointID, what, data, enc, size, sha); err != nil {

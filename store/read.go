@@ -621,3 +621,21 @@ func (s *Store) PutWrites(ctx context.Context, workflowID, namespace, checkpoint
 	}
 	return stored, nil
 }
+
+// scanRows runs q in tx and calls each for every row.
+func scanRows(ctx context.Context, tx *sql.Tx, q string, each func(rows *sql.Rows) error) error {
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

@@ -12,7 +12,8 @@ const verifyUsage = `usage: ckptd verify [flags]
 Checks the whole database: every stored state is decompressed and its SHA-256 compared with the
 one recorded at save time (a state shared by several checkpoints is checked once, and a problem
 is reported for each of them), likewise every LangGraph checkpoint, channel value and pending
-write (lg/* methods), then SQLite's own PRAGMA integrity_check runs. Progress goes to
+write (lg/* methods) and every source manifest recorded for drift (each file entry against its
+BLAKE3 content address), then SQLite's own PRAGMA integrity_check runs. Progress goes to
 stderr (a bar on a terminal). Exits 0 when everything is intact, 1 listing what is not.
 Reads only: safe while a sidecar is using the database.
 
@@ -36,6 +37,14 @@ type verifyReport struct {
 	Corrupt     []verifyProblem `json:"corrupt"`
 	Database    []string        `json:"database"` // integrity_check (and other database-level) problems
 	LangGraph   lgVerifyReport  `json:"langgraph"`
+	Sources     srcVerifyReport `json:"sourceManifests"`
+}
+
+// srcVerifyReport covers the drift manifests recorded with checkpoints.
+type srcVerifyReport struct {
+	Manifests int             `json:"manifests"`
+	Entries   int             `json:"entries"` // distinct file entries stored for them
+	Corrupt   []verifyProblem `json:"corrupt"`
 }
 
 // lgVerifyReport covers the LangGraph tables (lg/put, lg/putWrites).
@@ -143,6 +152,15 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 			}
 			rep.LangGraph.Corrupt = append(rep.LangGraph.Corrupt, lp)
 		}
+		srcCounts, srcBad, err := st.VerifyManifests(ctx)
+		if err != nil {
+			return err
+		}
+		rep.Sources = srcVerifyReport{Manifests: srcCounts.Manifests, Entries: srcCounts.Entries, Corrupt: []verifyProblem{}}
+		for _, b := range srcBad {
+			rep.Sources.Corrupt = append(rep.Sources.Corrupt, verifyProblem{CheckpointID: b.CheckpointID,
+				WorkflowID: b.WorkflowID, Seq: b.Seq, Reason: b.Reason})
+		}
 		var ids []string
 		for _, b := range bad {
 			if b.CheckpointID != "" {
@@ -162,7 +180,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 			rep.Corrupt = append(rep.Corrupt, verifyProblem{CheckpointID: b.CheckpointID, WorkflowID: sm.WorkflowID,
 				Seq: sm.Seq, Reason: b.Reason})
 		}
-		rep.OK = len(bad) == 0 && len(lgBad) == 0
+		rep.OK = len(bad) == 0 && len(lgBad) == 0 && len(srcBad) == 0
 		if *asJSON {
 			err = printJSON(e.stdout, rep)
 		} else {
@@ -185,6 +203,10 @@ func (r verifyReport) text(e *env) error {
 		checked += fmt.Sprintf(", %s (%s, %s)", plural(lg.Checkpoints, "LangGraph checkpoint", "LangGraph checkpoints"),
 			plural(lg.Values, "value", "values"), plural(lg.Writes, "write", "writes"))
 	}
+	if src := r.Sources; src.Manifests > 0 {
+		checked += fmt.Sprintf(", %s (%s)", plural(src.Manifests, "source manifest", "source manifests"),
+			plural(src.Entries, "file entry", "file entries"))
+	}
 	if r.OK {
 		fmt.Fprintf(e.stdout, "ok: %s, SQLite integrity ok\n", checked)
 		return nil
@@ -193,6 +215,9 @@ func (r verifyReport) text(e *env) error {
 	fmt.Fprintln(tw, "CORRUPT\tWORKFLOW\tSEQ\tPROBLEM")
 	for _, c := range r.Corrupt {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", c.CheckpointID, orDash(c.WorkflowID), c.Seq, c.Reason)
+	}
+	for _, c := range r.Sources.Corrupt {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", c.CheckpointID, c.WorkflowID, c.Seq, c.Reason)
 	}
 	for _, c := range r.LangGraph.Corrupt {
 		fmt.Fprintf(tw, "%s\t%s\t-\t%s\n", c.what(), orDash(c.ThreadID), c.Reason)
@@ -203,12 +228,16 @@ func (r verifyReport) text(e *env) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	lgPart := ""
-	if n := len(r.LangGraph.Corrupt); n > 0 {
-		lgPart = ", " + plural(n, "corrupt LangGraph row", "corrupt LangGraph rows")
+	extra := ""
+	if n := len(r.Sources.Corrupt); n > 0 {
+		extra = ", " + plural(n, "corrupt source manifest", "corrupt source manifests")
 	}
-	fmt.Fprintf(e.stdout, "%s (%s%s, %s) in %s\n", plural(len(r.Corrupt)+len(r.LangGraph.Corrupt)+len(r.Database), "problem", "problems"),
-		plural(len(r.Corrupt), "corrupt checkpoint", "corrupt checkpoints"), lgPart,
+	if n := len(r.LangGraph.Corrupt); n > 0 {
+		extra += ", " + plural(n, "corrupt LangGraph row", "corrupt LangGraph rows")
+	}
+	n := len(r.Corrupt) + len(r.Sources.Corrupt) + len(r.LangGraph.Corrupt) + len(r.Database)
+	fmt.Fprintf(e.stdout, "%s (%s%s, %s) in %s\n", plural(n, "problem", "problems"),
+		plural(len(r.Corrupt), "corrupt checkpoint", "corrupt checkpoints"), extra,
 		plural(len(r.Database), "database integrity error", "database integrity errors"), checked)
 	return nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"testing"
 
+	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/store"
 
 	"github.com/stretchr/testify/assert"
@@ -101,4 +103,45 @@ func TestCLIVerifyLangGraph(t *testing.T) {
 		got = append(got, c.what())
 	}
 	assert.Equal(t, []string{"lg checkpoint c2", `lg value big@"1"`, `lg value messages@"2"`, "lg write c1/task/0"}, got)
+}
+
+// TestCLIVerifySourceManifests: the drift manifests recorded with checkpoints are verified, and
+// a damaged one is named by the checkpoints it breaks.
+func TestCLIVerifySourceManifests(t *testing.T) {
+	t.Parallel()
+	db := newCLIDB(t, nil)
+	src := filepath.Join(db.dir, "src")
+	writeFile(t, filepath.Join(src, "agent.py"), "def fetch():\n    return 'v1'\n")
+	writeFile(t, filepath.Join(src, "lib", "util.py"), "def util():\n    pass\n")
+	m, err := drift.Scan(t.Context(), drift.Spec{Root: src, Gitignore: true}, nil, drift.ScanOptions{})
+	require.NoError(t, err)
+	enc, err := store.EncodeManifest(m, nil)
+	require.NoError(t, err)
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", Step: 0, State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-2", Step: 1, State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
+	db.close()
+	res := cliRun(t, nil, "verify", "--quiet", "--db", db.path)
+	assert.Equal(t, exitOK, res.code, res.stdout)
+	assert.Equal(t, "ok: 2 checkpoints, 1 state (2 B stored), 2 source manifests (2 file entries), SQLite integrity ok\n", res.stdout)
+
+	db.exec(fmt.Sprintf(`UPDATE drift_entries SET data = data || X'00' WHERE key = X'%x'`, drift.EntryKey(m.Entries[0])))
+	res = cliRun(t, nil, "verify", "--quiet", "--db", db.path)
+	assert.Equal(t, exitProblem, res.code, res.stdout)
+	assert.Contains(t, res.stdout, "2 problems (0 corrupt checkpoints, 2 corrupt source manifests, 0 database integrity errors)")
+	res = cliRun(t, nil, "verify", "--json", "--quiet", "--db", db.path)
+	assert.Equal(t, exitProblem, res.code)
+	var rep verifyReport
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep))
+	assert.False(t, rep.OK)
+	assert.Empty(t, rep.Corrupt)
+	assert.Equal(t, 2, rep.Sources.Manifests)
+	require.Len(t, rep.Sources.Corrupt, 2)
+	for i, id := range []string{"c-1", "c-2"} {
+		c := rep.Sources.Corrupt[i]
+		assert.Equal(t, id, c.CheckpointID)
+		assert.Equal(t, "wf-src", c.WorkflowID)
+		assert.EqualValues(t, i+1, c.Seq)
+		assert.Contains(t, c.Reason, "source manifest: file entry")
+		assert.Contains(t, c.Reason, "BLAKE3 mismatch")
+	}
 }
