@@ -436,6 +436,10 @@ func (s *Store) loadManifestTx(ctx context.Context, tx *sql.Tx, rowid int64) (*d
 			if i != next {
 				return nil, &CorruptError{Reason: fmt.Sprintf("stored source manifest: entry %d of %d is missing", next, n)}
 			}
+			// entries are content-addressed too: changed bytes would read as a changed file
+			if sum := blake3.Sum256(data); string(sum[:entryKeyLen]) != string(keys[i*entryKeyLen:(i+1)*entryKeyLen]) {
+				return nil, &CorruptError{Reason: fmt.Sprintf("stored source manifest: entry %d of %d is damaged (BLAKE3 mismatch)", i, n)}
+			}
 			e, err := drift.DecodeEntry(data)
 			if err != nil {
 				return nil, &CorruptError{Reason: "stored source manifest: " + err.Error()}
@@ -476,7 +480,10 @@ func (s *Store) chunkKeys(ctx context.Context, tx *sql.Tx, ids []byte) ([]byte, 
 		if err := rows.Scan(&i, &b); err != nil {
 			return nil, err
 		}
-		if i != next || len(b)%entryKeyLen != 0 {
+		// The id is the chunk's content address: a chunk that lost or changed keys would
+		// otherwise load as a manifest with files silently missing (reported as added).
+		id := ids[next*chunkIDLen : (next+1)*chunkIDLen]
+		if sum := blake3.Sum256(b); i != next || len(b)%entryKeyLen != 0 || string(sum[:chunkIDLen]) != string(id) {
 			return nil, &CorruptError{Reason: fmt.Sprintf("stored source manifest: chunk %d of %d is missing or damaged", next, n)}
 		}
 		keys = append(keys, b...)

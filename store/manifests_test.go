@@ -411,3 +411,34 @@ func TestMigrateToManifests(t *testing.T) {
 	mf, chunks, entries := driftRows(t, s)
 	require.Zero(t, mf+chunks+entries)
 }
+
+// TestManifestChunkLostKeys: a chunk whose key list lost entries does not load as a smaller
+// manifest (its files would look added) but as a corrupt one.
+func TestManifestChunkLostKeys(t *testing.T) {
+	s := openTest(t)
+	m := scanTree(t, srcTree(t, 5), nil)
+	saveWithManifest(t, s, "wf", "c-1", m, nil)
+	_, err := rawDB(t, s.Path()).Exec(`UPDATE drift_chunks SET keys = substr(keys, 17)`)
+	require.NoError(t, err)
+	_, err = loadManifestOf(t, s, "c-1")
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, ce.Reason, "is missing or damaged")
+}
+
+// TestManifestEntryChanged: an entry row whose bytes changed (say a flipped hash byte) loads as
+// corrupt, not as a file that changed.
+func TestManifestEntryChanged(t *testing.T) {
+	s := openTest(t)
+	m := scanTree(t, srcTree(t, 5), nil)
+	saveWithManifest(t, s, "wf", "c-1", m, nil)
+	e := m.Entries[0]
+	e.Hash = append(drift.Digest(nil), e.Hash...)
+	e.Hash[0] ^= 1
+	_, err := rawDB(t, s.Path()).Exec(`UPDATE drift_entries SET data = ? WHERE key = ?`, drift.EncodeEntry(e), drift.EntryKey(m.Entries[0]))
+	require.NoError(t, err)
+	_, err = loadManifestOf(t, s, "c-1")
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, ce.Reason, "BLAKE3 mismatch")
+}
