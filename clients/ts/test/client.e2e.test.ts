@@ -284,29 +284,20 @@ describe("ckptd client end to end", () => {
   });
 
   // docs/protocol.md promises `data` for -32001 ({checkpointId} or {workflowId}) and -32003
-  // ({checkpointId}); the server sends none yet. Marked TODO so it is reported, not fatal.
-  it("puts the ids in error data as docs/protocol.md promises", { todo: "server omits data on -32001/-32003" }, async () => {
+  // ({checkpointId}); the typed errors expose it.
+  it("puts the ids in error data as docs/protocol.md promises", async () => {
     await assert.rejects(client.load({ checkpointId: "does-not-exist" }), (e: unknown) => e instanceof CheckpointNotFoundError && e.checkpointId === "does-not-exist");
     await assert.rejects(client.load({ workflowId: "does-not-exist" }), (e: unknown) => e instanceof CheckpointNotFoundError && e.workflowId === "does-not-exist");
     await client.save({ workflowId: "data-wf", checkpointId: "cp-data-1", state: 1 });
     await assert.rejects(client.save({ workflowId: "data-wf", checkpointId: "cp-data-1", state: 2 }), (e: unknown) => e instanceof ConflictError && e.checkpointId === "cp-data-1");
   });
 
-  it("checks and watches source drift (drift/status, drift/watch, drift/unwatch)", async (t) => {
+  it("checks and watches source drift (drift/status, drift/watch, drift/unwatch)", async () => {
     const src = join(env.dir, "src");
     mkdirSync(src, { recursive: true });
     writeFileSync(join(src, "step.py"), "print('v1')\n");
     const saved = await client.save({ workflowId: "drift-wf", step: 0, state: { v: 1 }, sources: { root: src } });
-    let status;
-    try {
-      status = await client.driftStatus({ workflowId: "drift-wf" });
-    } catch (e) {
-      if (e instanceof MethodNotFoundError) {
-        t.todo("the server does not implement drift/* yet");
-        return;
-      }
-      throw e;
-    }
+    const status = await client.driftStatus({ workflowId: "drift-wf" });
     assert.equal(status.drifted, false);
     const watch = await client.driftWatch({ workflowId: "drift-wf", debounceMs: 50 });
     assert.equal(typeof watch.watchId, "string");
