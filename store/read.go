@@ -622,9 +622,9 @@ func (s *Store) PutWrites(ctx context.Context, workflowID, namespace, checkpoint
 	return stored, nil
 }
 
-// scanRows runs q in tx and calls each for every row.
-func scanRows(ctx context.Context, tx *sql.Tx, q string, each func(rows *sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, q)
+// scanRows runs q (with args) in tx and calls each for every row.
+func scanRows(ctx context.Context, tx *sql.Tx, q string, each func(rows *sql.Rows) error, args ...any) error {
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}

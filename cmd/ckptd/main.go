@@ -46,6 +46,7 @@ func commands() []command {
 	return []command{
 		{"serve", "run the stdio JSON-RPC sidecar (the default)", runServe},
 		{"ls", "list workflows, or one workflow's checkpoints", runLs},
+		{"threads", "list LangGraph threads, or one thread's checkpoints", runThreads},
 		{"show", "show one checkpoint (and verify it); --state prints its state", runShow},
 		{"plan", "show what resume/plan answers for a workflow, with every problem", runPlan},
 		{"drift", "show which source files changed since a workflow's checkpoint", runDrift},
