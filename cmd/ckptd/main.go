@@ -51,7 +51,7 @@ func commands() []command {
 		{"plan", "show what resume/plan answers for a workflow, with every problem", runPlan},
 		{"drift", "show which source files changed since a workflow's checkpoint", runDrift},
 		{"prune", "delete old checkpoints (--keep-last, --older-than)", runPrune},
-		{"rm", "delete checkpoints, or a whole workflow", runRm},
+		{"rm", "delete checkpoints, a whole workflow or a LangGraph thread", runRm},
 		{"verify", "check every checkpoint's SHA-256 and SQLite's integrity", runVerify},
 		{"export", "write a workflow to a portable archive", runExport},
 		{"import", "read a workflow from an archive", runImport},

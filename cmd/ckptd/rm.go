@@ -7,15 +7,17 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-const rmUsage = `usage: ckptd rm CHECKPOINT_ID... | ckptd rm --workflow WORKFLOW
+const rmUsage = `usage: ckptd rm CHECKPOINT_ID... | ckptd rm --workflow WORKFLOW | ckptd rm --thread THREAD
 
 Deletes checkpoints (with their pending writes), or a whole workflow: every checkpoint and its
-configuration. Freed space goes back to the file system. Exits 1 if an id was not found (the
-others are still deleted).
+configuration, or a whole LangGraph thread (what thread/delete does: every checkpoint, channel
+value and pending write of it, in every namespace). Freed space goes back to the file system.
+Exits 1 if an id, the workflow or the thread was not found (other ids are still deleted).
 
 examples:
   ckptd rm c-7 c-8
   ckptd rm --workflow wf-1
+  ckptd rm --thread support-42
 `
 
 func runRm(ctx context.Context, e *env, args []string) error {
@@ -23,17 +25,36 @@ func runRm(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "rm", rmUsage)
 	registerDBFlags(fs, &g)
 	workflow := fs.String("workflow", "", "delete this whole `workflow`")
+	thread := fs.String("thread", "", "delete this whole LangGraph `thread`")
 	ids, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
+	given := 0
+	for _, set := range []bool{len(ids) > 0, *workflow != "", *thread != ""} {
+		if set {
+			given++
+		}
+	}
 	switch {
-	case *workflow == "" && len(ids) == 0:
-		return usageError{"give CHECKPOINT_ID... or --workflow WORKFLOW"}
-	case *workflow != "" && len(ids) > 0:
-		return usageError{"give either CHECKPOINT_IDs or --workflow, not both"}
+	case given == 0:
+		return usageError{"give CHECKPOINT_ID..., --workflow WORKFLOW or --thread THREAD"}
+	case given > 1:
+		return usageError{"give one of CHECKPOINT_IDs, --workflow and --thread"}
 	}
 	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+		if *thread != "" {
+			// LGThreadCheckpoints tells an unknown thread (ErrNotFound) from an empty one.
+			if _, err := st.LGThreadCheckpoints(ctx, *thread, nil, 1); err != nil {
+				return err
+			}
+			n, err := st.LGDeleteThread(ctx, *thread)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "deleted LangGraph thread %s (%s)\n", *thread, plural(n, "checkpoint", "checkpoints"))
+			return nil
+		}
 		if *workflow != "" {
 			if _, err := st.Workflow(ctx, *workflow); err != nil {
 				return err
