@@ -14,7 +14,8 @@ const statsUsage = `usage: ckptd stats [flags]
 
 Describes the database as a whole: file and WAL sizes, free pages, workflows, checkpoints,
 distinct states and their size as saved and as stored (after deduplication and compression),
-and the largest workflows. --json prints the "db" object of the stats RPC plus these.
+LangGraph threads (when there are any), and the largest workflows. --json prints the "db"
+object of the stats RPC plus these.
 
 examples:
   ckptd stats
@@ -38,6 +39,15 @@ type statsReport struct {
 	ResumableWorkflows int             `json:"resumableWorkflows"`
 	CompletedWorkflows int             `json:"completedWorkflows"`
 	LargestWorkflows   []statsWorkflow `json:"largestWorkflows"`
+	LangGraph          statsLangGraph  `json:"langgraph"`
+}
+
+// statsLangGraph sums the LangGraph threads (lg/* methods; 'ckptd threads' lists them).
+type statsLangGraph struct {
+	Threads     int   `json:"threads"`
+	Checkpoints int   `json:"checkpoints"`
+	Writes      int   `json:"writes"`
+	StoredBytes int64 `json:"storedBytes"`
 }
 
 func runStats(ctx context.Context, e *env, args []string) error {
@@ -69,6 +79,10 @@ func runStats(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		threads, err := st.LGThreads(ctx)
+		if err != nil {
+			return err
+		}
 		sort.SliceStable(ws, func(i, j int) bool {
 			if ws[i].StoredBytes != ws[j].StoredBytes {
 				return ws[i].StoredBytes > ws[j].StoredBytes
@@ -87,6 +101,12 @@ func runStats(ctx context.Context, e *env, args []string) error {
 		for _, w := range ws[:min(*top, len(ws))] {
 			rep.LargestWorkflows = append(rep.LargestWorkflows, statsWorkflow{WorkflowID: w.WorkflowID, Count: w.Count,
 				StoredBytes: w.StoredBytes, UpdatedAt: timestamp(w.UpdatedAt), Resumable: w.Resumable, updated: w.UpdatedAt})
+		}
+		rep.LangGraph.Threads = len(threads)
+		for _, t := range threads {
+			rep.LangGraph.Checkpoints += t.Checkpoints
+			rep.LangGraph.Writes += t.Writes
+			rep.LangGraph.StoredBytes += t.StoredBytes
 		}
 		if *asJSON {
 			return printJSON(e.stdout, rep)
@@ -108,6 +128,11 @@ func (r statsReport) text(e *env) error {
 			100*(1-float64(r.DB.StatesStoredBytes)/float64(r.StateBytes)))
 	}
 	row("states", states)
+	if lg := r.LangGraph; lg.Threads > 0 {
+		row("langgraph", fmt.Sprintf("%s, %s, %s, %s stored", plural(lg.Threads, "thread", "threads"),
+			plural(lg.Checkpoints, "checkpoint", "checkpoints"), plural(lg.Writes, "pending write", "pending writes"),
+			fmtBytes(lg.StoredBytes)))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

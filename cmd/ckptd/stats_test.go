@@ -30,3 +30,16 @@ func TestCLIStats(t *testing.T) {
 	require.Len(t, out.LargestWorkflows, 3)
 	assert.Equal(t, "wf-alpha", out.LargestWorkflows[0].WorkflowID)
 }
+
+// TestCLIStatsLangGraph: LangGraph threads are summed in a row of their own.
+func TestCLIStatsLangGraph(t *testing.T) {
+	t.Parallel()
+	db := lgFixture(t)
+	sizes := []string{`(?m)^file( +).*$`, "file${1}(sizes)"}
+	cliGolden(t, "stats-langgraph", db.dir, cliRun(t, nil, "stats", "--db", db.path), sizes...)
+	res := cliRun(t, nil, "stats", "--json", "--db", db.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	var out statsReport
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out))
+	assert.Equal(t, statsLangGraph{Threads: 3, Checkpoints: 4, Writes: 3, StoredBytes: 258 + 24 + 1}, out.LangGraph)
+}
