@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/ckptd/ckptd/store"
 )
@@ -16,10 +18,15 @@ pending writes, newest checkpoint, last update, stored size). With THREAD: its c
 namespace by namespace (root first), newest first, with their metadata's source and step.
 Reads only the rows' headers and metadata, never a stored value.
 
+With THREAD --checkpoint ID (or "latest"): that checkpoint of the namespace (default the root),
+read and verified: its metadata, the channel values it names (version, serializer type, size)
+and the pending writes stored against it; --values also prints the JSON-typed values.
+
 examples:
   ckptd threads
   ckptd threads my-thread
   ckptd threads my-thread --namespace "" --limit 5 --json
+  ckptd threads my-thread --checkpoint latest --values
 `
 
 // threadJSON is one thread in 'ckptd threads --json'.
@@ -55,6 +62,8 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	namespace := fs.String("namespace", "", "with THREAD: only this `namespace` (\"\" is the root; default: every namespace)")
 	limit := fs.Int("limit", 0, "with THREAD: at most `n` checkpoints (0 = all)")
+	checkpoint := fs.String("checkpoint", "", "with THREAD: show this checkpoint `id` (or latest)")
+	values := fs.Bool("values", false, "with --checkpoint: print JSON-typed channel values and writes too")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -64,12 +73,19 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 		return usageError{fmt.Sprintf("unexpected argument %q (threads takes at most one THREAD)", pos[1])}
 	case *limit < 0:
 		return usageError{"--limit must be >= 0"}
-	case len(pos) == 0 && (isSet(fs, "namespace") || *limit > 0):
-		return usageError{"--namespace and --limit need a THREAD"}
+	case len(pos) == 0 && (isSet(fs, "namespace") || *limit > 0 || *checkpoint != ""):
+		return usageError{"--namespace, --limit and --checkpoint need a THREAD"}
+	case *checkpoint != "" && *limit > 0:
+		return usageError{"--limit lists checkpoints: it does not go with --checkpoint"}
+	case *values && *checkpoint == "":
+		return usageError{"--values needs --checkpoint"}
 	}
 	return withStore(ctx, e, &g, false, func(st *store.Store) error {
 		if len(pos) == 0 {
 			return lsThreads(ctx, e, st, *asJSON)
+		}
+		if *checkpoint != "" {
+			return showThreadCheckpoint(ctx, e, st, pos[0], *namespace, *checkpoint, *values, *asJSON)
 		}
 		var ns *string
 		if isSet(fs, "namespace") {
@@ -160,4 +176,133 @@ func metadataSourceStep(meta json.RawMessage) (source, step string) {
 		step = m.Step.String()
 	}
 	return source, step
+}
+
+// threadValueJSON is a channel value or pending write in 'ckptd threads T --checkpoint ID --json'.
+type threadValueJSON struct {
+	Channel   string          `json:"channel"`
+	Version   json.RawMessage `json:"version,omitempty"` // channel values
+	TaskID    string          `json:"taskId,omitempty"`  // writes
+	TaskPath  string          `json:"taskPath,omitempty"`
+	Idx       *int64          `json:"idx,omitempty"`
+	Type      string          `json:"type"`
+	SizeBytes int             `json:"sizeBytes"`
+	Value     json.RawMessage `json:"value,omitempty"` // --values, JSON-typed only
+}
+
+type threadCheckpointDetailJSON struct {
+	ThreadID        string            `json:"threadId"`
+	Namespace       string            `json:"namespace"`
+	CheckpointID    string            `json:"checkpointId"`
+	ParentID        string            `json:"parentId,omitempty"`
+	CreatedAt       string            `json:"createdAt"`
+	Metadata        json.RawMessage   `json:"metadata"`
+	Type            string            `json:"type"`
+	SizeBytes       int               `json:"sizeBytes"`
+	ChannelVersions json.RawMessage   `json:"channelVersions"`
+	Channels        []threadValueJSON `json:"channels"`
+	Writes          []threadValueJSON `json:"writes"`
+}
+
+// showThreadCheckpoint prints one LangGraph checkpoint, read (and so verified) like lg/get.
+func showThreadCheckpoint(ctx context.Context, e *env, st *store.Store, thread, ns, id string, values, asJSON bool) error {
+	want := id
+	if id == "latest" {
+		want = ""
+	}
+	tp, err := st.LGGet(ctx, thread, ns, want)
+	if err != nil {
+		return err
+	}
+	if tp == nil {
+		where := "namespace " + strconv.Quote(ns)
+		if ns == "" {
+			where = "the root namespace"
+		}
+		what := "checkpoint " + id
+		if id == "latest" {
+			what = "checkpoints"
+		}
+		return fmt.Errorf("LangGraph thread %q has no %s in %s: %w", thread, what, where, store.ErrNotFound)
+	}
+	value := func(typ string, data []byte) json.RawMessage {
+		if values && typ == "json" && json.Valid(data) {
+			return json.RawMessage(data)
+		}
+		return nil
+	}
+	d := threadCheckpointDetailJSON{ThreadID: tp.ThreadID, Namespace: tp.Namespace, CheckpointID: tp.CheckpointID,
+		ParentID: tp.ParentID, CreatedAt: timestamp(tp.CreatedAt), Metadata: tp.Metadata, Type: tp.Type,
+		SizeBytes: len(tp.Checkpoint), ChannelVersions: tp.ChannelVersions, Channels: []threadValueJSON{}, Writes: []threadValueJSON{}}
+	if d.Metadata == nil {
+		d.Metadata = json.RawMessage("null")
+	}
+	for _, b := range tp.Blobs {
+		d.Channels = append(d.Channels, threadValueJSON{Channel: b.Channel, Version: json.RawMessage(b.Version), Type: b.Type,
+			SizeBytes: len(b.Data), Value: value(b.Type, b.Data)})
+	}
+	for _, w := range tp.Writes {
+		idx := w.Idx
+		d.Writes = append(d.Writes, threadValueJSON{Channel: w.Channel, TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: &idx,
+			Type: w.Type, SizeBytes: len(w.Data), Value: value(w.Type, w.Data)})
+	}
+	if asJSON {
+		return printJSON(e.stdout, d)
+	}
+	tw := newTable(e.stdout)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("thread", d.ThreadID)
+	row("namespace", orDash(d.Namespace))
+	row("checkpoint", d.CheckpointID)
+	row("parent", orDash(d.ParentID))
+	row("created", fmtTime(tp.CreatedAt))
+	row("metadata", string(d.Metadata))
+	row("serialized", fmt.Sprintf("%s, %s", d.Type, fmtBytes(int64(d.SizeBytes))))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nchannel values (%d):\n", len(d.Channels))
+	tw = newTable(e.stdout)
+	fmt.Fprintln(tw, "  CHANNEL\tVERSION\tTYPE\tSIZE")
+	for _, c := range d.Channels {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Channel, c.Version, c.Type, fmtBytes(int64(c.SizeBytes)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\npending writes (%d):\n", len(d.Writes))
+	if len(d.Writes) > 0 {
+		tw = newTable(e.stdout)
+		fmt.Fprintln(tw, "  TASK\tIDX\tCHANNEL\tTYPE\tSIZE")
+		for _, w := range d.Writes {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", w.TaskID, *w.Idx, w.Channel, w.Type, fmtBytes(int64(w.SizeBytes)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if !values {
+		return nil
+	}
+	for _, c := range d.Channels {
+		printValue(e, "channel "+c.Channel, c.Type, c.Value)
+	}
+	for _, w := range d.Writes {
+		printValue(e, fmt.Sprintf("write %s/%d %s", w.TaskID, *w.Idx, w.Channel), w.Type, w.Value)
+	}
+	return nil
+}
+
+// printValue prints a JSON value indented under its name, or why it is not shown.
+func printValue(e *env, name, typ string, v json.RawMessage) {
+	if v == nil {
+		fmt.Fprintf(e.stdout, "\n%s: (%s: not shown)\n", name, typ)
+		return
+	}
+	var b bytes.Buffer
+	if json.Indent(&b, v, "  ", "  ") != nil {
+		b.Reset()
+		b.Write(v)
+	}
+	fmt.Fprintf(e.stdout, "\n%s:\n  %s\n", name, b.String())
 }

@@ -40,7 +40,8 @@ func lgFixture(t *testing.T) *cliDB {
 		{TaskID: "task-a", Idx: 0, Channel: "messages", Type: "json", Data: []byte(`{"role":"tool","content":"shipped"}`)},
 		{TaskID: "task-a", Idx: 1, Channel: "route", Type: "json", Data: []byte(`"agent"`)}})
 	require.NoError(t, w.Wait(ctx))
-	put("triage-7", "", "1f0b-0001", "", `{}`, "")
+	put("triage-7", "", "1f0b-0001", "", `{"state":1}`, "",
+		store.LGBlob{Channel: "state", Version: "1", Type: "msgpack", Data: []byte{0x81, 0xa1, 0x61, 0x01}})
 	w, _ = db.st.LGPutWrites("orphan-writes", "", "1f0c-0001", []store.LGWrite{{TaskID: "t", Idx: 0, Channel: "x", Type: "json", Data: []byte(`1`)}})
 	require.NoError(t, w.Wait(ctx))
 	db.close()
@@ -58,6 +59,14 @@ func TestCLIThreads(t *testing.T) {
 	cliGolden(t, "threads-writes-only", db.dir, cliRun(t, nil, "threads", "orphan-writes", "--db", db.path))
 	cliGolden(t, "threads-unknown", db.dir, cliRun(t, nil, "threads", "nope", "--db", db.path))
 	cliGolden(t, "threads-usage", db.dir, cliRun(t, nil, "threads", "--limit", "2", "--db", db.path))
+
+	cliGolden(t, "threads-checkpoint", db.dir, cliRun(t, nil, "threads", "support-42", "--checkpoint", "latest", "--db", db.path))
+	cliGolden(t, "threads-checkpoint-values", db.dir, cliRun(t, nil, "threads", "support-42", "--checkpoint", "1f0a-0002", "--values", "--db", db.path))
+	cliGolden(t, "threads-checkpoint-json", db.dir, cliRun(t, nil, "threads", "support-42", "--checkpoint", "1f0a-0003",
+		"--namespace", "tools:7d1e", "--values", "--json", "--db", db.path))
+	cliGolden(t, "threads-checkpoint-missing", db.dir, cliRun(t, nil, "threads", "support-42", "--checkpoint", "1f0a-0003", "--db", db.path))
+	cliGolden(t, "threads-checkpoint-msgpack", db.dir, cliRun(t, nil, "threads", "triage-7", "--checkpoint", "latest", "--values", "--db", db.path))
+	cliGolden(t, "threads-checkpoint-usage", db.dir, cliRun(t, nil, "threads", "support-42", "--values", "--db", db.path))
 
 	empty := standardFixture(t) // workflows only
 	cliGolden(t, "threads-empty", empty.dir, cliRun(t, nil, "threads", "--db", empty.path))
