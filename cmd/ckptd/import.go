@@ -110,16 +110,22 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			return importFailed(name, err)
 		}
 		cps := ar.checkpoints()
-		rebased := 0
+		moved := map[string]bool{}
 		if rebase != nil {
 			if rec.Config, err = rebase.config(rec.Config); err != nil {
 				return importFailed(name, err)
 			}
-			cps = rebase.manifests(cps, &rebased)
+			cps = rebase.manifests(cps, moved)
 		}
 		res, err := st.Import(ctx, rec, cps, store.ImportOptions{DryRun: *dryRun})
 		if err != nil {
 			return importFailed(name, err)
+		}
+		rebased := 0 // manifests stored at their new root: skipped checkpoints keep theirs
+		for _, c := range res.Checkpoints {
+			if c.Status == store.ImportAdded && moved[c.CheckpointID] {
+				rebased++
+			}
 		}
 		rep := importReport{WorkflowID: res.WorkflowID, File: name, CreatedWorkflow: res.CreatedWorkflow,
 			Imported: res.Imported, Skipped: res.Skipped, Renumbered: res.Renumbered, DryRun: res.DryRun,
@@ -225,7 +231,11 @@ func (r importReport) text(e *env) error {
 	fmt.Fprintf(e.stdout, "%s workflow %s (%s) from %s: %d imported, %d skipped\n", verb, r.WorkflowID, where, r.File,
 		r.Imported, r.Skipped)
 	if r.SourcesRebased > 0 {
-		fmt.Fprintf(e.stdout, "%s moved to the new sources root\n", plural(r.SourcesRebased, "source manifest", "source manifests"))
+		moved := "moved"
+		if r.DryRun {
+			moved = "would move"
+		}
+		fmt.Fprintf(e.stdout, "%s %s to the new sources root\n", plural(r.SourcesRebased, "source manifest", "source manifests"), moved)
 	}
 	if len(r.Checkpoints) == 0 {
 		return nil

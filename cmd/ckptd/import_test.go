@@ -379,6 +379,12 @@ func TestCLIImportSourcesRoot(t *testing.T) {
 	assert.Contains(t, res.stdout, "agent.py")
 	assert.NotContains(t, res.stdout, "util.py")
 
+	// importing again skips the checkpoint, so no manifest is moved
+	res = cliRun(t, nil, "import", archive, "--sources-root", filepath.Dir(src)+"="+filepath.Dir(moved), "--db", dstDB)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "0 imported, 1 skipped")
+	assert.NotContains(t, res.stdout, "moved")
+
 	// the workflow's configured sources moved too
 	st, err := store.Open(t.Context(), store.Options{Path: dstDB, NoCompactor: true})
 	require.NoError(t, err)

@@ -51,8 +51,9 @@ func (r *rootRebase) matches(root string) bool {
 	return ok
 }
 
-// manifests moves the manifests of the checkpoints cps yields, counting them in *n.
-func (r *rootRebase) manifests(cps iter.Seq2[store.Checkpoint, error], n *int) iter.Seq2[store.Checkpoint, error] {
+// manifests moves the manifests of the checkpoints cps yields, adding the ids of those it moved
+// to moved.
+func (r *rootRebase) manifests(cps iter.Seq2[store.Checkpoint, error], moved map[string]bool) iter.Seq2[store.Checkpoint, error] {
 	return func(yield func(store.Checkpoint, error) bool) {
 		for cp, err := range cps {
 			if err == nil && cp.Manifest != nil {
@@ -60,7 +61,7 @@ func (r *rootRebase) manifests(cps iter.Seq2[store.Checkpoint, error], n *int) i
 					m := *cp.Manifest
 					m.Spec.Root = root
 					cp.Manifest = &m
-					*n++
+					moved[cp.CheckpointID] = true
 				}
 			}
 			if !yield(cp, err) {
