@@ -420,28 +420,8 @@ func (s *Store) LGPut(req LGPutRequest) (pending *LGPending, blobsStored *int) {
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
 		r := &p.req
-		var rowid int64
-		upsert, err := w.wstmt(ctx, `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
-			channel_versions, metadata, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
-			ON CONFLICT(thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
-			created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
-			type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256,
-			data = excluded.data RETURNING id`)
-		if err != nil {
+		if _, err := s.lgInsertCheckpoint(ctx, w, p); err != nil {
 			return err
-		}
-		if err := upsert.QueryRowContext(ctx, r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), p.micros,
-			string(r.ChannelVersions), p.metaRaw, r.Type, p.cp.enc, p.cp.size, p.cp.sha, p.cp.data).Scan(&rowid); err != nil {
-			return err
-		}
-		if _, err := w.lgExec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, rowid); err != nil {
-			return err
-		}
-		for _, kv := range p.meta {
-			if _, err := w.lgExec(ctx, `INSERT INTO lg_meta(key, vhash, checkpoint_id, ckpt) VALUES (?,?,?,?)`,
-				kv[0], kv[1], r.CheckpointID, rowid); err != nil {
-				return err
-			}
 		}
 		for i, b := range r.Blobs {
 			pb := p.blobs[i]
@@ -456,9 +436,39 @@ func (s *Store) LGPut(req LGPutRequest) (pending *LGPending, blobsStored *int) {
 				s.walPending.Add(int64(len(pb.data)))
 			}
 		}
-		s.walPending.Add(int64(len(p.cp.data)))
 		return nil
 	}), n
+}
+
+// lgInsertCheckpoint writes (or overwrites) the checkpoint row of p and its metadata index rows,
+// in the writer's transaction; it returns the row's id.
+func (s *Store) lgInsertCheckpoint(ctx context.Context, w *wtx, p *lgPut) (int64, error) {
+	r := &p.req
+	var rowid int64
+	upsert, err := w.wstmt(ctx, `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
+		channel_versions, metadata, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+		ON CONFLICT(thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
+		created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
+		type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256,
+		data = excluded.data RETURNING id`)
+	if err != nil {
+		return 0, err
+	}
+	if err := upsert.QueryRowContext(ctx, r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), p.micros,
+		string(r.ChannelVersions), p.metaRaw, r.Type, p.cp.enc, p.cp.size, p.cp.sha, p.cp.data).Scan(&rowid); err != nil {
+		return 0, err
+	}
+	if _, err := w.lgExec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, rowid); err != nil {
+		return 0, err
+	}
+	for _, kv := range p.meta {
+		if _, err := w.lgExec(ctx, `INSERT INTO lg_meta(key, vhash, checkpoint_id, ckpt) VALUES (?,?,?,?)`,
+			kv[0], kv[1], r.CheckpointID, rowid); err != nil {
+			return 0, err
+		}
+	}
+	s.walPending.Add(int64(len(p.cp.data)))
+	return rowid, nil
 }
 
 // LGPutWrites queues pending writes of one task. idx >= 0: stored once; idx < 0: replaced.
