@@ -35,12 +35,13 @@ import (
 )
 
 const (
-	archiveMagic        = "CKPTD-ARCHIVE\n"
-	archiveFormat       = "ckptd-archive"
-	archiveVersion      = 1
-	archiveHeaderLen    = len(archiveMagic) + 4
-	archiveTrailerMagic = "CKPTD-SHA256"
-	archiveTrailerLen   = len(archiveTrailerMagic) + sha256.Size
+	archiveMagic         = "CKPTD-ARCHIVE\n"
+	archiveFormat        = "ckptd-archive"
+	archiveVersion       = 1 // a workflow (written as 1, so that older readers still read it)
+	archiveThreadVersion = 2 // a LangGraph thread (archive_thread.go); a version 2 reader reads both
+	archiveHeaderLen     = len(archiveMagic) + 4
+	archiveTrailerMagic  = "CKPTD-SHA256"
+	archiveTrailerLen    = len(archiveTrailerMagic) + sha256.Size
 
 	compressionNone = 0
 	compressionZstd = 1
@@ -131,9 +132,13 @@ type archiveWriter struct {
 }
 
 func newArchiveWriter(dst io.Writer, compression byte) (*archiveWriter, error) {
+	return newArchiveWriterVersion(dst, archiveVersion, compression)
+}
+
+func newArchiveWriterVersion(dst io.Writer, version uint16, compression byte) (*archiveWriter, error) {
 	a := &archiveWriter{dst: dst, h: sha256.New()}
 	a.phys = bufio.NewWriterSize(io.MultiWriter(dst, a.h), 1<<20)
-	head := append([]byte(archiveMagic), 0, archiveVersion, compression, 0)
+	head := append([]byte(archiveMagic), byte(version>>8), byte(version), compression, 0)
 	if _, err := a.phys.Write(head); err != nil {
 		return nil, err
 	}
@@ -268,8 +273,13 @@ type archiveReader struct {
 	zr     *zstd.Decoder
 	header archiveHeader
 	wf     archiveWorkflow
+	thread archiveThreadHeader // version 2
 	failed error
 }
+
+// isThread reports whether the archive holds a LangGraph thread (version 2) rather than a
+// workflow.
+func (a *archiveReader) isThread() bool { return a.thread.Version == archiveThreadVersion }
 
 func openArchive(src io.ReaderAt, size int64) (*archiveReader, error) {
 	if size < int64(archiveHeaderLen+archiveTrailerLen) {
@@ -295,9 +305,10 @@ func openArchive(src io.ReaderAt, size int64) (*archiveReader, error) {
 	version := binary.BigEndian.Uint16(head[len(archiveMagic):])
 	compression, reserved := head[len(archiveMagic)+2], head[len(archiveMagic)+3]
 	switch {
-	case version != archiveVersion:
+	case version != archiveVersion && version != archiveThreadVersion:
 		if a.digestOK() {
-			return nil, damaged("archive format version %d: this ckptd reads version %d (upgrade ckptd)", version, archiveVersion)
+			return nil, damaged("archive format version %d: this ckptd reads versions %d and %d (upgrade ckptd)",
+				version, archiveVersion, archiveThreadVersion)
 		}
 		return nil, a.fail(fmt.Errorf("bad version %d", version))
 	case reserved != 0 || compression > compressionZstd:
@@ -312,6 +323,18 @@ func openArchive(src io.ReaderAt, size int64) (*archiveReader, error) {
 		a.body = bufio.NewReaderSize(zr, 64<<10)
 	} else {
 		a.body = bufio.NewReaderSize(a.raw, 64<<10)
+	}
+	if version == archiveThreadVersion {
+		if err := a.readJSON(recHeader, &a.thread); err != nil {
+			return nil, a.fail(err)
+		}
+		if a.thread.Format != archiveFormat || a.thread.Version != archiveThreadVersion || a.thread.Kind != archiveThreadKind {
+			return nil, a.fail(fmt.Errorf("header record says format %q version %d kind %q", a.thread.Format, a.thread.Version, a.thread.Kind))
+		}
+		if a.thread.ThreadID == "" || a.thread.Checkpoints < 0 || a.thread.Values < 0 || a.thread.Writes < 0 {
+			return nil, a.fail(errors.New("header record: no threadId, or negative counts"))
+		}
+		return a, nil
 	}
 	if err := a.readJSON(recHeader, &a.header); err != nil {
 		return nil, a.fail(err)
@@ -417,6 +440,9 @@ func (a *archiveReader) readJSON(want byte, v any) error {
 
 // workflow is the archived workflow's record.
 func (a *archiveReader) workflow() (store.WorkflowRecord, error) {
+	if a.isThread() {
+		return store.WorkflowRecord{}, a.fail(fmt.Errorf("it holds LangGraph thread %q, not a workflow", a.thread.ThreadID))
+	}
 	rec := store.WorkflowRecord{WorkflowID: a.wf.WorkflowID, Retention: a.wf.Retention, Config: a.wf.Config}
 	for _, f := range []struct {
 		s   string
@@ -589,6 +615,16 @@ func (a *archiveReader) manifest(b []byte, cp store.Checkpoint) (*drift.Manifest
 
 // end checks the E record, that nothing follows it, and the file digest.
 func (a *archiveReader) end(payload []byte, n int) error {
+	var counts error
+	if n != a.header.Checkpoints {
+		counts = fmt.Errorf("%d checkpoints, the header announces %d", n, a.header.Checkpoints)
+	}
+	return a.endWith(payload, counts)
+}
+
+// endWith checks the E record's payload, that nothing follows it, then counts (the caller's
+// verdict on the record counts, nil when they match), then the file digest.
+func (a *archiveReader) endWith(payload []byte, counts error) error {
 	if len(payload) != 0 {
 		return a.fail(fmt.Errorf("end record with %d bytes of payload", len(payload)))
 	}
@@ -597,8 +633,8 @@ func (a *archiveReader) end(payload []byte, n int) error {
 	} else if !errors.Is(err, io.EOF) {
 		return a.fail(err)
 	}
-	if n != a.header.Checkpoints {
-		return a.fail(fmt.Errorf("%d checkpoints, the header announces %d", n, a.header.Checkpoints))
+	if counts != nil {
+		return a.fail(counts)
 	}
 	if !a.digestOK() {
 		a.failed = damaged("damaged: SHA-256 mismatch, the file was modified or truncated after it was written")

@@ -149,11 +149,17 @@ func TestArchiveMessages(t *testing.T) {
 	assert.Contains(t, err.Error(), "not a ckptd archive")
 
 	// a newer version with an intact digest asks for an upgrade
+	v3 := bytes.Clone(b)
+	binary.BigEndian.PutUint16(v3[len(archiveMagic):], 3)
+	resign(v3)
+	_, _, err = readTestArchive(v3)
+	assert.EqualError(t, err, "archive format version 3: this ckptd reads versions 1 and 2 (upgrade ckptd)")
+	// a version 1 body under a version 2 header is not a thread archive
 	v2 := bytes.Clone(b)
 	binary.BigEndian.PutUint16(v2[len(archiveMagic):], 2)
 	resign(v2)
 	_, _, err = readTestArchive(v2)
-	assert.EqualError(t, err, "archive format version 2: this ckptd reads version 1 (upgrade ckptd)")
+	assert.ErrorContains(t, err, `invalid archive (its checksum is intact, so it was written this way): header record says format "ckptd-archive" version 1 kind ""`)
 }
 
 // resign recomputes an archive's digest (to craft archives that are intact but invalid).

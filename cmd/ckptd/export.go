@@ -13,17 +13,19 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-const exportUsage = `usage: ckptd export WORKFLOW -o FILE [flags]
+const exportUsage = `usage: ckptd export WORKFLOW -o FILE [flags] | ckptd export --thread THREAD -o FILE [flags]
 
 Writes a workflow (its configuration and every checkpoint: state, task lists, pending writes,
-ids, seqs, creation times, SHA-256s) to a portable, self-verifying archive that 'ckptd import'
-reads on another machine (format: docs/archive.md). Every checkpoint is verified first: a
-corrupt one stops the export and no file is written. FILE is replaced atomically; "-o -" writes
-the archive to stdout (not to a terminal).
+source manifests, ids, seqs, creation times, SHA-256s) to a portable, self-verifying archive
+that 'ckptd import' reads on another machine (format: docs/archive.md). --thread writes a
+LangGraph thread instead (every checkpoint, channel value and pending write of it, in every
+namespace). Everything is verified first: a corrupt row stops the export and no file is
+written. FILE is replaced atomically; "-o -" writes the archive to stdout (not to a terminal).
 
 examples:
   ckptd export wf-1 -o wf-1.ckpt
   ckptd export wf-1 -o - | ssh other-host ckptd import -
+  ckptd export --thread support-42 -o support-42.ckpt
 `
 
 func runExport(ctx context.Context, e *env, args []string) error {
@@ -32,13 +34,16 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	registerDBFlags(fs, &g)
 	out := fs.String("o", "", "archive `file` to write (\"-\": stdout)")
 	compression := fs.String("compression", "zstd", "`zstd` or none")
+	thread := fs.String("thread", "", "export this LangGraph `thread` instead of a workflow")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	switch {
-	case len(pos) == 0:
-		return usageError{"missing WORKFLOW"}
+	case *thread != "" && len(pos) > 0:
+		return usageError{"give either WORKFLOW or --thread THREAD, not both"}
+	case *thread == "" && len(pos) == 0:
+		return usageError{"missing WORKFLOW (or --thread THREAD)"}
 	case len(pos) > 1:
 		return usageError{fmt.Sprintf("unexpected argument %q (export takes one WORKFLOW)", pos[1])}
 	case *out == "":
@@ -55,79 +60,133 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	default:
 		return usageError{fmt.Sprintf("--compression %q: want zstd or none", *compression)}
 	}
-	wf := pos[0]
 	return withStore(ctx, e, &g, false, func(st *store.Store) error {
-		var dst io.Writer
-		var tmp *os.File
-		if *out == "-" {
-			dst = e.stdout
-		} else {
-			tmp, err = os.CreateTemp(filepath.Dir(*out), ".ckptd-export-*")
-			if err != nil {
-				return err
-			}
-			defer func() {
-				if tmp != nil {
-					_ = tmp.Close()
-					_ = os.Remove(tmp.Name())
-				}
-			}()
-			dst = tmp
+		if *thread != "" {
+			return writeArchiveFile(e, *out, func(w io.Writer) (string, string, error) {
+				return exportThread(ctx, st, *thread, w, comp)
+			})
 		}
-		bw := bufio.NewWriterSize(dst, 1<<20)
-		var aw *archiveWriter
-		var n, manifests int
-		var stateBytes int64
-		err := st.Export(ctx, wf, func(rec store.WorkflowRecord, count int) error {
-			var err error
-			if aw, err = newArchiveWriter(bw, comp); err != nil {
-				return err
-			}
-			return aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, ExportedAt: timestamp(time.Now()),
-				CkptdVersion: version, WorkflowID: wf, Checkpoints: count}, rec)
-		}, func(cp store.Checkpoint) error {
-			n++
-			stateBytes += int64(len(cp.State))
-			if cp.Manifest != nil {
-				manifests++
-			}
-			return aw.checkpoint(cp)
+		return writeArchiveFile(e, *out, func(w io.Writer) (string, string, error) {
+			return exportWorkflow(ctx, st, pos[0], w, comp)
 		})
-		var ce *store.CorruptError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("checkpoint %s of workflow %s is CORRUPT (%s): nothing was exported "+
-				"(see 'ckptd verify'; remove it with 'ckptd rm %s' to export the rest)", ce.CheckpointID, wf, ce.Reason, ce.CheckpointID)
-		}
-		if err != nil {
-			return err
-		}
-		if err := aw.finish(); err != nil {
-			return err
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		report := e.stdout
-		if tmp != nil {
-			if err := tmp.Sync(); err != nil {
-				return err
-			}
-			if err := tmp.Close(); err != nil {
-				return err
-			}
-			if err := os.Rename(tmp.Name(), *out); err != nil {
-				return err
-			}
-			tmp = nil
-		} else {
-			report = e.stderr
-		}
-		withSources := ""
-		if manifests > 0 {
-			withSources = fmt.Sprintf(" (%d with sources)", manifests)
-		}
-		fmt.Fprintf(report, "exported workflow %s to %s: %s%s, %s of state\n", wf, *out,
-			plural(n, "checkpoint", "checkpoints"), withSources, fmtBytes(stateBytes))
-		return nil
 	})
+}
+
+// writeArchiveFile runs write on out ("-": stdout) through a buffer; a file is written to a
+// temporary name, synced and renamed into place only if write succeeds. What write says it
+// exported, and how much, is reported on stdout (stderr when the archive went to stdout).
+func writeArchiveFile(e *env, out string, write func(io.Writer) (what, detail string, err error)) (err error) {
+	var dst io.Writer
+	var tmp *os.File
+	if out == "-" {
+		dst = e.stdout
+	} else {
+		if tmp, err = os.CreateTemp(filepath.Dir(out), ".ckptd-export-*"); err != nil {
+			return err
+		}
+		defer func() {
+			if tmp != nil {
+				_ = tmp.Close()
+				_ = os.Remove(tmp.Name())
+			}
+		}()
+		dst = tmp
+	}
+	bw := bufio.NewWriterSize(dst, 1<<20)
+	what, detail, err := write(bw)
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	report := e.stdout
+	if tmp != nil {
+		if err := tmp.Sync(); err != nil {
+			return err
+		}
+		if err := tmp.Close(); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp.Name(), out); err != nil {
+			return err
+		}
+		tmp = nil
+	} else {
+		report = e.stderr
+	}
+	fmt.Fprintf(report, "exported %s to %s: %s\n", what, out, detail)
+	return nil
+}
+
+// exportWorkflow writes workflow wf as a version 1 archive.
+func exportWorkflow(ctx context.Context, st *store.Store, wf string, w io.Writer, comp byte) (what, detail string, err error) {
+	var aw *archiveWriter
+	var n, manifests int
+	var stateBytes int64
+	err = st.Export(ctx, wf, func(rec store.WorkflowRecord, count int) error {
+		var err error
+		if aw, err = newArchiveWriter(w, comp); err != nil {
+			return err
+		}
+		return aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, ExportedAt: timestamp(time.Now()),
+			CkptdVersion: version, WorkflowID: wf, Checkpoints: count}, rec)
+	}, func(cp store.Checkpoint) error {
+		n++
+		stateBytes += int64(len(cp.State))
+		if cp.Manifest != nil {
+			manifests++
+		}
+		return aw.checkpoint(cp)
+	})
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return "", "", fmt.Errorf("checkpoint %s of workflow %s is CORRUPT (%s): nothing was exported "+
+			"(see 'ckptd verify'; remove it with 'ckptd rm %s' to export the rest)", ce.CheckpointID, wf, ce.Reason, ce.CheckpointID)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	if err := aw.finish(); err != nil {
+		return "", "", err
+	}
+	withSources := ""
+	if manifests > 0 {
+		withSources = fmt.Sprintf(" (%d with sources)", manifests)
+	}
+	return "workflow " + wf, fmt.Sprintf("%s%s, %s of state", plural(n, "checkpoint", "checkpoints"), withSources,
+		fmtBytes(stateBytes)), nil
+}
+
+// exportThread writes LangGraph thread as a version 2 archive.
+func exportThread(ctx context.Context, st *store.Store, thread string, w io.Writer, comp byte) (what, detail string, err error) {
+	var aw *archiveWriter
+	var counts store.LGThreadCounts
+	var dataBytes int64
+	err = st.LGExport(ctx, thread, func(c store.LGThreadCounts) error {
+		counts = c
+		var err error
+		if aw, err = newArchiveWriterVersion(w, archiveThreadVersion, comp); err != nil {
+			return err
+		}
+		return aw.beginThread(archiveThreadHeader{Format: archiveFormat, Version: archiveThreadVersion, Kind: archiveThreadKind,
+			ExportedAt: timestamp(time.Now()), CkptdVersion: version, ThreadID: thread, Checkpoints: c.Checkpoints,
+			Values: c.Values, Writes: c.Writes})
+	}, func(r store.LGRecord) error {
+		dataBytes += int64(len(r.Data))
+		return aw.lgRow(r)
+	})
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return "", "", fmt.Errorf("LangGraph thread %s has a CORRUPT row (%s): nothing was exported (see 'ckptd verify')", thread, ce.Reason)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	if err := aw.finish(); err != nil {
+		return "", "", err
+	}
+	return "LangGraph thread " + thread, fmt.Sprintf("%s, %s, %s, %s of data",
+		plural(counts.Checkpoints, "checkpoint", "checkpoints"), plural(counts.Values, "channel value", "channel values"),
+		plural(counts.Writes, "pending write", "pending writes"), fmtBytes(dataBytes)), nil
 }

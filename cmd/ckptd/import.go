@@ -14,14 +14,14 @@ import (
 
 const importUsage = `usage: ckptd import FILE [flags]
 
-Reads an archive written by 'ckptd export' into the database (created if missing). The whole
-archive is verified first (magic, version, every record, every state's SHA-256, the file's
-SHA-256): a damaged or truncated archive imports nothing. Then everything is written in one
-transaction. Checkpoint ids, creation times and SHA-256s are kept; seqs too, unless the
-workflow already has checkpoints at or after them here (then they follow the existing ones, in
-their original order). A checkpoint already present with the same content is skipped, so
-importing twice is a no-op; the same id with different content refuses the whole import.
-FILE "-" reads the archive from stdin.
+Reads an archive written by 'ckptd export' (a workflow, or a LangGraph thread with --thread)
+into the database (created if missing). The whole archive is verified first (magic, version,
+every record, every state's SHA-256, the file's SHA-256): a damaged or truncated archive imports
+nothing. Then everything is written in one transaction. Checkpoint ids, creation times and
+SHA-256s are kept; seqs too, unless the workflow already has checkpoints at or after them here
+(then they follow the existing ones, in their original order). A checkpoint (or LangGraph row)
+already present with the same content is skipped, so importing twice is a no-op; the same id
+with different content refuses the whole import. FILE "-" reads the archive from stdin.
 
 Source manifests (what drift compares against) come along with their checkpoints and name the
 sources' absolute directory. When the sources live elsewhere here, --sources-root OLD=NEW moves
@@ -85,9 +85,17 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	defer f.close()
 
 	// Pass 1: verify everything before the database is even opened.
-	roots, err := verifyArchive(f.f, f.size)
+	thread, roots, err := verifyArchive(f.f, f.size)
 	if err != nil {
 		return importFailed(name, err)
+	}
+	if thread != "" {
+		if rebase != nil {
+			return usageError{fmt.Sprintf("--sources-root: %s holds LangGraph thread %s, which records no sources", name, thread)}
+		}
+		return withStore(ctx, e, &g, !*dryRun, func(st *store.Store) error {
+			return importThread(ctx, e, st, f, name, *dryRun, *asJSON)
+		})
 	}
 	if rebase != nil && !slices.ContainsFunc(roots, rebase.matches) {
 		have := "it has none"
@@ -150,27 +158,91 @@ func importFailed(name string, err error) error {
 }
 
 // verifyArchive reads a whole archive, checking everything, without keeping it. It returns the
-// distinct roots of its source manifests, sorted.
-func verifyArchive(src io.ReaderAt, size int64) ([]string, error) {
+// thread of a LangGraph thread archive (else "") and the distinct roots of a workflow archive's
+// source manifests, sorted.
+func verifyArchive(src io.ReaderAt, size int64) (thread string, roots []string, err error) {
 	ar, err := openArchive(src, size)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	defer ar.close()
-	if _, err := ar.workflow(); err != nil {
-		return nil, err
+	if ar.isThread() {
+		for _, err := range ar.lgRecords() {
+			if err != nil {
+				return "", nil, err
+			}
+		}
+		return ar.thread.ThreadID, nil, nil
 	}
-	var roots []string
+	if _, err := ar.workflow(); err != nil {
+		return "", nil, err
+	}
 	for cp, err := range ar.checkpoints() {
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		if cp.Manifest != nil && !slices.Contains(roots, cp.Manifest.Spec.Root) {
 			roots = append(roots, cp.Manifest.Spec.Root)
 		}
 	}
 	slices.Sort(roots)
-	return roots, nil
+	return "", roots, nil
+}
+
+// threadImportReport is what 'ckptd import' says of a LangGraph thread archive.
+type threadImportReport struct {
+	ThreadID      string             `json:"threadId"`
+	File          string             `json:"file"`
+	CreatedThread bool               `json:"createdThread"`
+	Imported      threadImportCounts `json:"imported"`
+	Skipped       threadImportCounts `json:"skipped"`
+	DryRun        bool               `json:"dryRun"`
+}
+
+type threadImportCounts struct {
+	Checkpoints int `json:"checkpoints"`
+	Values      int `json:"values"`
+	Writes      int `json:"writes"`
+}
+
+// importThread is pass 2 for a LangGraph thread archive: read again (verifying again) straight
+// into one transaction.
+func importThread(ctx context.Context, e *env, st *store.Store, f *importFile, name string, dryRun, asJSON bool) error {
+	ar, err := openArchive(f.f, f.size)
+	if err != nil {
+		return importFailed(name, err)
+	}
+	defer ar.close()
+	res, err := st.LGImport(ctx, ar.thread.ThreadID, ar.lgRecords(), store.ImportOptions{DryRun: dryRun})
+	if err != nil {
+		return importFailed(name, err)
+	}
+	rep := threadImportReport{ThreadID: res.ThreadID, File: name, CreatedThread: res.CreatedThread, DryRun: res.DryRun,
+		Imported: threadImportCounts(res.Imported), Skipped: threadImportCounts(res.Skipped)}
+	if asJSON {
+		return printJSON(e.stdout, rep)
+	}
+	where := "already here: rows with the same keys are kept"
+	if rep.CreatedThread {
+		where = "new here"
+	}
+	verb := "imported"
+	if rep.DryRun {
+		verb = "dry run: would import"
+	}
+	fmt.Fprintf(e.stdout, "%s LangGraph thread %s (%s) from %s\n", verb, rep.ThreadID, where, name)
+	tw := newTable(e.stdout)
+	fmt.Fprintln(tw, "\tIMPORTED\tSKIPPED (already here, same content)")
+	fmt.Fprintf(tw, "checkpoints\t%d\t%d\n", rep.Imported.Checkpoints, rep.Skipped.Checkpoints)
+	fmt.Fprintf(tw, "channel values\t%d\t%d\n", rep.Imported.Values, rep.Skipped.Values)
+	fmt.Fprintf(tw, "pending writes\t%d\t%d\n", rep.Imported.Writes, rep.Skipped.Writes)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rep.DryRun {
+		fmt.Fprintln(e.stdout, "dry run: nothing was written")
+	}
+	return nil
 }
 
 type importFile struct {

@@ -401,3 +401,61 @@ func TestCLIImportSourcesRoot(t *testing.T) {
 	assert.Equal(t, exitUsage, res.code)
 	assert.Contains(t, res.stderr, `--sources-root: OLD "relative" is not an absolute path`)
 }
+
+// TestCLIExportImportThread: a LangGraph thread moves between databases with 'export --thread'
+// and 'import', byte for byte, and importing it twice changes nothing.
+func TestCLIExportImportThread(t *testing.T) {
+	t.Parallel()
+	src := lgFixture(t)
+	archive := filepath.Join(src.dir, "support-42.ckpt")
+	cliGolden(t, "export-thread", src.dir, cliRun(t, nil, "export", "--thread", "support-42", "-o", archive, "--db", src.path))
+	dstDB := filepath.Join(t.TempDir(), "dst.db")
+	cliGolden(t, "import-thread", src.dir, cliRun(t, nil, "import", archive, "--db", dstDB))
+	for _, args := range [][]string{
+		{"threads", "support-42", "--json"},
+		{"threads", "support-42", "--checkpoint", "latest", "--values", "--json"},
+		{"threads", "support-42", "--checkpoint", "1f0a-0001", "--values", "--json"},
+		{"threads", "support-42", "--checkpoint", "1f0a-0003", "--namespace", "tools:7d1e", "--values", "--json"},
+	} {
+		want := cliRun(t, nil, append(args, "--db", src.path)...)
+		got := cliRun(t, nil, append(args, "--db", dstDB)...)
+		require.Equal(t, exitOK, got.code, got.stderr)
+		assert.Equal(t, want.stdout, got.stdout, "%v", args)
+	}
+	res := cliRun(t, nil, "threads", "--db", dstDB)
+	assert.NotContains(t, res.stdout, "triage-7", "only the exported thread")
+	cliGolden(t, "import-thread-again", src.dir, cliRun(t, nil, "import", archive, "--json", "--db", dstDB))
+	res = cliRun(t, nil, "verify", "--quiet", "--db", dstDB)
+	assert.Equal(t, exitOK, res.code, res.stdout)
+
+	// a dry run writes nothing; --sources-root makes no sense for a thread
+	dry := newCLIDB(t, nil)
+	dry.close()
+	res = cliRun(t, nil, "import", "--dry-run", archive, "--db", dry.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "dry run: would import LangGraph thread support-42 (new here)")
+	assert.Contains(t, res.stdout, "dry run: nothing was written")
+	res = cliRun(t, nil, "threads", "--db", dry.path)
+	assert.Equal(t, "no LangGraph threads\n", res.stderr)
+	res = cliRun(t, nil, "import", archive, "--sources-root", "/a=/b", "--db", dry.path)
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "holds LangGraph thread support-42, which records no sources")
+
+	// different content under the same keys refuses the whole import
+	conflict := newCLIDB(t, nil)
+	p, _ := conflict.st.LGPut(store.LGPutRequest{ThreadID: "support-42", CheckpointID: "1f0a-0001", Type: "json",
+		Checkpoint: []byte(`{"v":4,"other":true}`), ChannelVersions: json.RawMessage(`{}`)})
+	require.NoError(t, p.Wait(t.Context()))
+	conflict.close()
+	res = cliRun(t, nil, "import", archive, "--db", conflict.path)
+	assert.Equal(t, exitProblem, res.code)
+	assert.Contains(t, res.stderr, `checkpoint "1f0a-0001" (namespace "") is already here with different content`)
+	assert.Contains(t, res.stderr, "nothing was imported")
+
+	// usage
+	res = cliRun(t, nil, "export", "wf", "--thread", "t", "-o", "x", "--db", src.path)
+	assert.Equal(t, exitUsage, res.code)
+	res = cliRun(t, nil, "export", "--thread", "nope", "-o", filepath.Join(t.TempDir(), "x"), "--db", src.path)
+	assert.Equal(t, exitProblem, res.code)
+	assert.Contains(t, res.stderr, `LangGraph thread "nope": not found`)
+}
