@@ -12,6 +12,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -66,7 +67,7 @@ func optionalJSON(field string, raw json.RawMessage, want byte) (json.RawMessage
 
 // saveRequest validates checkpoint/save params and the frame's attachment.
 func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
-	var p SaveParams
+	var p protocol.SaveParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return store.SaveRequest{}, err
 	}
@@ -175,7 +176,7 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 		req.StateType = store.StateNone
 	}
 	if int64(len(req.State)) > s.opts.MaxStateBytes {
-		return req, rpcError(CodeTooLarge, fmt.Sprintf("state too large: %d bytes, limit %d (--max-state-size)", len(req.State), s.opts.MaxStateBytes),
+		return req, rpcError(protocol.CodeTooLarge, fmt.Sprintf("state too large: %d bytes, limit %d (--max-state-size)", len(req.State), s.opts.MaxStateBytes),
 			map[string]int64{"limit": s.opts.MaxStateBytes, "size": int64(len(req.State))})
 	}
 	return req, nil
@@ -205,7 +206,7 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		s.metrics.failures.Add(1)
 		if errors.Is(err, store.ErrConflict) {
-			return reply{}, rpcError(CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
+			return reply{}, rpcError(protocol.CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
 		}
 		return reply{}, storeError(err)
 	}
@@ -219,12 +220,12 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		sourcesInfo = nil // an idempotent repeat: the first save's fingerprint stands
 	}
 	if !res.Existing {
-		s.notify(NotifySaved, SavedEvent{
+		s.notify(protocol.NotifySaved, protocol.SavedEvent{
 			CheckpointID: res.CheckpointID, WorkflowID: req.WorkflowID, Namespace: req.Namespace,
 			Seq: res.Seq, Phase: string(req.Phase), Step: req.Step,
 		})
 	}
-	return reply{result: SaveResult{
+	return reply{result: protocol.SaveResult{
 		CheckpointID: res.CheckpointID,
 		Seq:          res.Seq,
 		CreatedAt:    timestamp(res.CreatedAt),
@@ -237,8 +238,8 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 }
 
 // SummaryOf renders a store summary in the protocol's shape (also used by the CLI's --json).
-func SummaryOf(sm store.Summary) Summary {
-	out := Summary{
+func SummaryOf(sm store.Summary) protocol.Summary {
+	out := protocol.Summary{
 		CheckpointID:       sm.CheckpointID,
 		WorkflowID:         sm.WorkflowID,
 		Namespace:          sm.Namespace,
@@ -261,7 +262,7 @@ func SummaryOf(sm store.Summary) Summary {
 		out.ParentID = &p
 	}
 	if sm.Error != nil {
-		out.Error = &StepError{Message: sm.Error.Message, Retryable: sm.Error.Retryable}
+		out.Error = &protocol.StepError{Message: sm.Error.Message, Retryable: sm.Error.Retryable}
 	}
 	if len(out.Metadata) == 0 {
 		out.Metadata = json.RawMessage("{}")
@@ -297,10 +298,10 @@ func orEmptyArray(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-func pendingWrites(ws []store.Write) []PendingWrite {
-	out := make([]PendingWrite, 0, len(ws))
+func pendingWrites(ws []store.Write) []protocol.PendingWrite {
+	out := make([]protocol.PendingWrite, 0, len(ws))
 	for _, w := range ws {
-		pw := PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
+		pw := protocol.PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
 		if w.IsBytes {
 			enc := base64.StdEncoding.EncodeToString(w.Value)
 			pw.ValueBase64 = &enc
@@ -318,20 +319,20 @@ func pendingWrites(ws []store.Write) []PendingWrite {
 func (s *Server) reportCorrupt(workflowID string, ce *store.CorruptError) {
 	s.metrics.integrity.Add(1)
 	s.log.Error("corrupt checkpoint", "workflow", workflowID, "checkpoint", ce.CheckpointID, "reason", ce.Reason)
-	s.notify(NotifyCorrupted, CorruptedEvent{CheckpointID: ce.CheckpointID, WorkflowID: workflowID, Reason: ce.Reason})
+	s.notify(protocol.NotifyCorrupted, protocol.CorruptedEvent{CheckpointID: ce.CheckpointID, WorkflowID: workflowID, Reason: ce.Reason})
 }
 
-func recovered(rs []store.Recovery) []Recovered {
-	var out []Recovered
+func recovered(rs []store.Recovery) []protocol.Recovered {
+	var out []protocol.Recovered
 	for _, r := range rs {
-		out = append(out, Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason})
+		out = append(out, protocol.Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason})
 	}
 	return out
 }
 
 func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	start := time.Now()
-	var p LoadParams
+	var p protocol.LoadParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -368,7 +369,7 @@ func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.reportCorrupt(lr.WorkflowID, &store.CorruptError{CheckpointID: r.CheckpointID, Reason: r.Reason})
 	}
 	var r reply
-	res := LoadResult{
+	res := protocol.LoadResult{
 		Summary:        SummaryOf(lr.Summary),
 		CompletedTasks: orEmptyArray(lr.CompletedTasks),
 		PendingTasks:   orEmptyArray(lr.PendingTasks),
@@ -384,7 +385,7 @@ func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 }
 
 func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ListParams
+	var p protocol.ListParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -402,7 +403,7 @@ func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	out := ListResult{Checkpoints: make([]Summary, 0, len(sums))}
+	out := protocol.ListResult{Checkpoints: make([]protocol.Summary, 0, len(sums))}
 	for _, sm := range sums {
 		out.Checkpoints = append(out.Checkpoints, SummaryOf(sm))
 	}
@@ -410,7 +411,7 @@ func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 }
 
 func (s *Server) delete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p DeleteParams
+	var p protocol.DeleteParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -431,11 +432,11 @@ func (s *Server) delete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: DeleteResult{Deleted: n}}, nil
+	return reply{result: protocol.DeleteResult{Deleted: n}}, nil
 }
 
 func (s *Server) prune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p PruneParams
+	var p protocol.PruneParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -459,5 +460,5 @@ func (s *Server) prune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: PruneResult{Deleted: res.Deleted, FreedBytes: res.FreedBytes, DryRun: p.DryRun}}, nil
+	return reply{result: protocol.PruneResult{Deleted: res.Deleted, FreedBytes: res.FreedBytes, DryRun: p.DryRun}}, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -49,86 +50,6 @@ const (
 	// driftProblemPaths is how many paths a resume/plan drift problem names.
 	driftProblemPaths = 5
 )
-
-// SourcesInfo describes the fingerprint recorded with a checkpoint (checkpoint/save result).
-type SourcesInfo struct {
-	Root      string   `json:"root"`
-	Files     int      `json:"files"`
-	ElapsedMs float64  `json:"elapsedMs"`
-	Warnings  []string `json:"warnings,omitempty"`
-	// Error: configured sources (workflow/configure) could not be fingerprinted; the checkpoint
-	// was saved without a fingerprint.
-	Error string `json:"error,omitempty"`
-}
-
-// DriftTargetParams name the checkpoint of drift/status and drift/watch: checkpointId, or the
-// latest checkpoint of workflowId (+ namespace, default "").
-type DriftTargetParams struct {
-	CheckpointID string `json:"checkpointId"`
-	WorkflowID   string `json:"workflowId"`
-	Namespace    string `json:"namespace"`
-}
-
-// DriftWatchParams are drift/watch's params.
-type DriftWatchParams struct {
-	DriftTargetParams
-	DebounceMs *int `json:"debounceMs"`
-}
-
-// DriftWatchResult answers drift/watch.
-type DriftWatchResult struct {
-	WatchID      string `json:"watchId"`
-	CheckpointID string `json:"checkpointId"`
-	Root         string `json:"root"`
-}
-
-// DriftUnwatchParams are drift/unwatch's params.
-type DriftUnwatchParams struct {
-	WatchID string `json:"watchId"`
-}
-
-// DriftFileChange is one path that differs from the checkpoint's fingerprint. old* fields are
-// zero/absent for an added path, new* ones for a deleted path. Hashes are hex BLAKE3-256 of the
-// content (absent for symlinks and unreadable files), modes are octal permission bits.
-type DriftFileChange struct {
-	Path    string `json:"path"`
-	OldSize int64  `json:"oldSize"`
-	NewSize int64  `json:"newSize"`
-	OldHash string `json:"oldHash,omitempty"`
-	NewHash string `json:"newHash,omitempty"`
-	OldType string `json:"oldType,omitempty"` // file | symlink
-	NewType string `json:"newType,omitempty"`
-	OldMode string `json:"oldMode,omitempty"` // e.g. "0644"
-	NewMode string `json:"newMode,omitempty"`
-}
-
-// DriftStatus answers drift/status and is resume/plan's drift field.
-type DriftStatus struct {
-	CheckpointID string            `json:"checkpointId"`
-	WorkflowID   string            `json:"workflowId"`
-	Namespace    string            `json:"namespace"`
-	Root         string            `json:"root"`
-	Drifted      bool              `json:"drifted"`
-	Changed      []DriftFileChange `json:"changed"`
-	Added        []DriftFileChange `json:"added"`
-	Deleted      []DriftFileChange `json:"deleted"`
-	FilesChecked int               `json:"filesChecked"`
-	ElapsedMs    float64           `json:"elapsedMs"`
-	FullScan     bool              `json:"fullScan,omitempty"`
-	Reason       string            `json:"reason,omitempty"`
-	Warnings     []string          `json:"warnings,omitempty"`
-	Watched      bool              `json:"watched,omitempty"` // answered from an active drift/watch
-}
-
-// DriftChangedEvent is the drift/changed notification.
-type DriftChangedEvent struct {
-	WatchID      string         `json:"watchId"`
-	CheckpointID string         `json:"checkpointId"`
-	Changes      []drift.Change `json:"changes"`
-	Drifted      bool           `json:"drifted"`
-	Rescan       bool           `json:"rescan,omitempty"`
-	Reason       string         `json:"reason,omitempty"`
-}
 
 // driftState is the Server's drift bookkeeping.
 type driftState struct {
@@ -249,7 +170,7 @@ func specError(field, root string, err error) *jsonrpc2.Error {
 // fingerprintForSave fingerprints the sources of a save (its sources param, else the sources
 // configured for its workflow) and sets req.Manifest. It runs before the save is queued, while
 // the next mutation waits: saves of a workflow stay ordered and scan incrementally.
-func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.SaveRequest) (*SourcesInfo, *jsonrpc2.Error) {
+func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.SaveRequest) (*protocol.SourcesInfo, *jsonrpc2.Error) {
 	raw, configured := c.sources, false
 	if jsonKind(raw) == 0 {
 		cfg, err := s.store.WorkflowSources(ctx, req.WorkflowID)
@@ -268,7 +189,7 @@ func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.Sav
 		}
 		// The configured tree is gone (or the config is bad): never refuse the agent's save.
 		s.log.Warn("configured sources cannot be fingerprinted; saving without", "workflowId", req.WorkflowID, "error", perr.Message)
-		return &SourcesInfo{Root: spec.Root, Error: perr.Message}, nil
+		return &protocol.SourcesInfo{Root: spec.Root, Error: perr.Message}, nil
 	}
 	t0 := time.Now()
 	key := lastKey{req.WorkflowID, spec.Root}
@@ -294,17 +215,17 @@ func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.Sav
 		perr := fingerprintError("sources", spec.Root, err)
 		if configured { // never refuse the agent's save for its configured sources
 			s.log.Warn("configured sources cannot be fingerprinted; saving without", "workflowId", req.WorkflowID, "error", perr.Message)
-			return &SourcesInfo{Root: spec.Root, Error: perr.Message}, nil
+			return &protocol.SourcesInfo{Root: spec.Root, Error: perr.Message}, nil
 		}
 		return nil, perr
 	}
 	enc, err := store.EncodeManifest(m, prevEnc)
 	if err != nil {
-		return nil, rpcError(CodeInternal, "internal error: "+err.Error(), nil)
+		return nil, rpcError(protocol.CodeInternal, "internal error: "+err.Error(), nil)
 	}
 	s.drift.remember(key, m, enc)
 	req.Manifest = enc
-	return &SourcesInfo{Root: spec.Root, Files: enc.Files(), ElapsedMs: ms(time.Since(t0)), Warnings: m.Warnings}, nil
+	return &protocol.SourcesInfo{Root: spec.Root, Files: enc.Files(), ElapsedMs: ms(time.Since(t0)), Warnings: m.Warnings}, nil
 }
 
 // fingerprintError maps a scan/check failure.
@@ -313,10 +234,10 @@ func fingerprintError(field, root string, err error) *jsonrpc2.Error {
 	case errors.Is(err, drift.ErrRootNotFound), errors.Is(err, drift.ErrRootNotDir), errors.Is(err, drift.ErrInvalidSpec):
 		return specError(field, root, err)
 	case errors.Is(err, context.DeadlineExceeded):
-		return rpcError(CodeUnavailable, fmt.Sprintf("fingerprinting %s took longer than %v", root, fingerprintTimeout),
+		return rpcError(protocol.CodeUnavailable, fmt.Sprintf("fingerprinting %s took longer than %v", root, fingerprintTimeout),
 			map[string]string{"reason": err.Error()})
 	}
-	return rpcError(CodeUnavailable, fmt.Sprintf("fingerprinting %s: %v", root, err), map[string]string{"reason": err.Error()})
+	return rpcError(protocol.CodeUnavailable, fmt.Sprintf("fingerprinting %s: %v", root, err), map[string]string{"reason": err.Error()})
 }
 
 // configureSources validates workflow/configure's sources param: the spec to store (root made
@@ -334,7 +255,7 @@ func configureSources(raw json.RawMessage) (spec json.RawMessage, remove bool, p
 	}
 	b, err := json.Marshal(sp)
 	if err != nil {
-		return nil, false, rpcError(CodeInternal, "internal error: "+err.Error(), nil)
+		return nil, false, rpcError(protocol.CodeInternal, "internal error: "+err.Error(), nil)
 	}
 	return b, false, nil
 }
@@ -342,7 +263,7 @@ func configureSources(raw json.RawMessage) (spec json.RawMessage, remove bool, p
 // --- drift/status --------------------------------------------------------------------------
 
 // driftTarget resolves the checkpoint named by p and loads its manifest.
-func (s *Server) driftTarget(ctx context.Context, p DriftTargetParams) (store.ManifestRef, *drift.Manifest, *jsonrpc2.Error) {
+func (s *Server) driftTarget(ctx context.Context, p protocol.DriftTargetParams) (store.ManifestRef, *drift.Manifest, *jsonrpc2.Error) {
 	var ref store.ManifestRef
 	var err error
 	field, value := "checkpointId", p.CheckpointID
@@ -386,7 +307,7 @@ func (s *Server) driftTarget(ctx context.Context, p DriftTargetParams) (store.Ma
 }
 
 func (s *Server) driftStatus(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p DriftTargetParams
+	var p protocol.DriftTargetParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -403,7 +324,7 @@ func (s *Server) driftStatus(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 
 // checkpointDrift answers drift/status for a checkpoint: from an active watch on it if there is
 // one, else by drift.Check against its manifest.
-func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (DriftStatus, error) {
+func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (protocol.DriftStatus, error) {
 	if w := s.watchOn(ref.Rowid); w != nil {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rep, err := w.w.Status(wctx)
@@ -421,7 +342,7 @@ func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, bas
 	defer cancel()
 	rep, cur, err := CheckDrift(cctx, base, last, s.log)
 	if err != nil {
-		return DriftStatus{}, err
+		return protocol.DriftStatus{}, err
 	}
 	s.drift.remember(key, cur, nil)
 	return NewDriftStatus(ref, base.Spec.Root, rep), nil
@@ -447,11 +368,11 @@ func CheckDrift(ctx context.Context, base, last *drift.Manifest, log *slog.Logge
 }
 
 // NewDriftStatus turns a drift report on ref's checkpoint into the protocol's shape.
-func NewDriftStatus(ref store.ManifestRef, root string, rep drift.Report) DriftStatus {
-	conv := func(fcs []drift.FileChange) []DriftFileChange {
-		out := make([]DriftFileChange, 0, len(fcs))
+func NewDriftStatus(ref store.ManifestRef, root string, rep drift.Report) protocol.DriftStatus {
+	conv := func(fcs []drift.FileChange) []protocol.DriftFileChange {
+		out := make([]protocol.DriftFileChange, 0, len(fcs))
 		for _, fc := range fcs {
-			d := DriftFileChange{Path: fc.Path, OldSize: fc.OldSize, NewSize: fc.NewSize}
+			d := protocol.DriftFileChange{Path: fc.Path, OldSize: fc.OldSize, NewSize: fc.NewSize}
 			if len(fc.OldHash) > 0 {
 				d.OldHash = fc.OldHash.String()
 			}
@@ -468,7 +389,7 @@ func NewDriftStatus(ref store.ManifestRef, root string, rep drift.Report) DriftS
 		}
 		return out
 	}
-	return DriftStatus{
+	return protocol.DriftStatus{
 		CheckpointID: ref.CheckpointID,
 		WorkflowID:   ref.WorkflowID,
 		Namespace:    ref.Namespace,
@@ -486,14 +407,14 @@ func NewDriftStatus(ref store.ManifestRef, root string, rep drift.Report) DriftS
 }
 
 // DriftProblem is the message of resume/plan's drift problem ("" when st did not drift).
-func DriftProblem(st DriftStatus) string {
+func DriftProblem(st protocol.DriftStatus) string {
 	if !st.Drifted {
 		return ""
 	}
 	var paths []string
 	for _, l := range []struct {
 		kind string
-		fcs  []DriftFileChange
+		fcs  []protocol.DriftFileChange
 	}{{"changed", st.Changed}, {"added", st.Added}, {"deleted", st.Deleted}} {
 		for _, fc := range l.fcs {
 			paths = append(paths, fc.Path+" ("+l.kind+")")
@@ -512,7 +433,7 @@ func DriftProblem(st DriftStatus) string {
 // planDrift is resume/plan's drift check of the checkpoint it plans from: nil and "" when no
 // sources were recorded with it; otherwise the status and, if it drifted (or could not be
 // checked), the problem message.
-func (s *Server) planDrift(ctx context.Context, checkpointID string) (*DriftStatus, string) {
+func (s *Server) planDrift(ctx context.Context, checkpointID string) (*protocol.DriftStatus, string) {
 	ref, err := s.store.CheckpointManifestRef(ctx, checkpointID)
 	if err != nil || !ref.HasManifest {
 		return nil, ""
@@ -540,7 +461,7 @@ type driftWatch struct {
 	first bool // the watcher's first (initial scan) batch is still to come; watcher goroutine only
 
 	mu    sync.Mutex
-	queue []DriftChangedEvent
+	queue []protocol.DriftChangedEvent
 	wake  chan struct{}
 
 	ready     chan struct{} // closed once the drift/watch reply was sent
@@ -558,14 +479,14 @@ func (dw *driftWatch) emit(b drift.Batch) {
 			return // "nothing drifted when the watch started": the reply said enough
 		}
 	}
-	ev := DriftChangedEvent{WatchID: dw.id, CheckpointID: dw.ref.CheckpointID, Changes: b.Changes,
+	ev := protocol.DriftChangedEvent{WatchID: dw.id, CheckpointID: dw.ref.CheckpointID, Changes: b.Changes,
 		Drifted: b.Drifted, Rescan: b.Rescan, Reason: b.Reason}
 	if ev.Changes == nil {
 		ev.Changes = []drift.Change{}
 	}
 	dw.mu.Lock()
 	if len(dw.queue) >= maxQueuedBatches {
-		dw.queue = append(dw.queue[:0], DriftChangedEvent{WatchID: dw.id, CheckpointID: dw.ref.CheckpointID,
+		dw.queue = append(dw.queue[:0], protocol.DriftChangedEvent{WatchID: dw.id, CheckpointID: dw.ref.CheckpointID,
 			Changes: []drift.Change{}, Drifted: b.Drifted, Rescan: true,
 			Reason: "notifications dropped: the client is not reading them; call drift/status for the current state"})
 	} else {
@@ -596,7 +517,7 @@ func (dw *driftWatch) forward() {
 				return
 			default:
 			}
-			dw.s.notifyAlways(NotifyDriftChanged, ev)
+			dw.s.notifyAlways(protocol.NotifyDriftChanged, ev)
 		}
 		select {
 		case <-dw.wake:
@@ -649,7 +570,7 @@ func (s *Server) watchOn(rowid int64) *driftWatch {
 }
 
 func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p DriftWatchParams
+	var p protocol.DriftWatchParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -670,11 +591,11 @@ func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	switch {
 	case d.closed:
 		d.mu.Unlock()
-		return reply{}, rpcError(CodeShuttingDown, "shutting down: no new watches", nil)
+		return reply{}, rpcError(protocol.CodeShuttingDown, "shutting down: no new watches", nil)
 	case len(d.watches)+d.pending >= maxDriftWatches:
 		n := len(d.watches) + d.pending
 		d.mu.Unlock()
-		return reply{}, rpcError(CodeTooLarge, fmt.Sprintf("too many drift watches: %d active, at most %d per ckptd process (drift/unwatch one first)",
+		return reply{}, rpcError(protocol.CodeTooLarge, fmt.Sprintf("too many drift watches: %d active, at most %d per ckptd process (drift/unwatch one first)",
 			n, maxDriftWatches), map[string]any{"limit": maxDriftWatches, "size": n + 1, "what": "drift watches"})
 	}
 	d.pending++
@@ -701,7 +622,7 @@ func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		if strings.Contains(err.Error(), "too many open files") {
 			hint = " (inotify instances per user: fs.inotify.max_user_instances)"
 		}
-		return reply{}, rpcError(CodeUnavailable, fmt.Sprintf("cannot watch %s: %v%s", base.Spec.Root, err, hint), map[string]string{"reason": err.Error()})
+		return reply{}, rpcError(protocol.CodeUnavailable, fmt.Sprintf("cannot watch %s: %v%s", base.Spec.Root, err, hint), map[string]string{"reason": err.Error()})
 	}
 	dw.w = w
 	go dw.forward()
@@ -711,7 +632,7 @@ func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if d.closed {
 		d.mu.Unlock()
 		dw.close(time.Second)
-		return reply{}, rpcError(CodeShuttingDown, "shutting down: no new watches", nil)
+		return reply{}, rpcError(protocol.CodeShuttingDown, "shutting down: no new watches", nil)
 	}
 	if d.watches == nil {
 		d.watches = map[string]*driftWatch{}
@@ -720,13 +641,13 @@ func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	d.mu.Unlock()
 	s.log.Debug("drift watch started", "watchId", id, "checkpointId", ref.CheckpointID, "root", base.Spec.Root)
 	return reply{
-		result: DriftWatchResult{WatchID: id, CheckpointID: ref.CheckpointID, Root: base.Spec.Root},
+		result: protocol.DriftWatchResult{WatchID: id, CheckpointID: ref.CheckpointID, Root: base.Spec.Root},
 		after:  func() { dw.readyOnce.Do(func() { close(dw.ready) }) },
 	}, nil
 }
 
 func (s *Server) driftUnwatch(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p DriftUnwatchParams
+	var p protocol.DriftUnwatchParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -738,7 +659,7 @@ func (s *Server) driftUnwatch(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	delete(s.drift.watches, p.WatchID)
 	s.drift.mu.Unlock()
 	if dw == nil {
-		return reply{}, rpcError(CodeNotFound, "no drift watch "+quote(p.WatchID)+" (unknown, or already unwatched)", map[string]string{"watchId": p.WatchID})
+		return reply{}, rpcError(protocol.CodeNotFound, "no drift watch "+quote(p.WatchID)+" (unknown, or already unwatched)", map[string]string{"watchId": p.WatchID})
 	}
 	dw.close(5 * time.Second)
 	return reply{result: struct{}{}}, nil

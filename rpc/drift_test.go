@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -35,7 +36,7 @@ func TestParseSources(t *testing.T) {
 	} {
 		_, perr := parseSources("sources", json.RawMessage(tc.raw))
 		require.NotNil(t, perr, tc.raw)
-		assert.Equal(t, int64(CodeInvalidParams), perr.Code, tc.raw)
+		assert.Equal(t, int64(protocol.CodeInvalidParams), perr.Code, tc.raw)
 		var data struct{ Field, Reason string }
 		require.NoError(t, json.Unmarshal(*perr.Data, &data))
 		assert.Equal(t, tc.field, data.Field, tc.raw)
@@ -69,14 +70,14 @@ func TestParseSources(t *testing.T) {
 }
 
 func TestDriftProblem(t *testing.T) {
-	st := DriftStatus{CheckpointID: "c-1", Root: "/src"}
+	st := protocol.DriftStatus{CheckpointID: "c-1", Root: "/src"}
 	assert.Empty(t, DriftProblem(st))
 	st.Drifted = true
 	for _, p := range []string{"a", "b", "c", "d"} {
-		st.Changed = append(st.Changed, DriftFileChange{Path: p})
+		st.Changed = append(st.Changed, protocol.DriftFileChange{Path: p})
 	}
-	st.Added = []DriftFileChange{{Path: "e"}, {Path: "f"}}
-	st.Deleted = []DriftFileChange{{Path: "g"}}
+	st.Added = []protocol.DriftFileChange{{Path: "e"}, {Path: "f"}}
+	st.Deleted = []protocol.DriftFileChange{{Path: "g"}}
 	msg := DriftProblem(st)
 	assert.Equal(t, "sources under /src changed since checkpoint c-1 was saved: 4 changed, 2 added, 1 deleted: "+
 		"a (changed), b (changed), c (changed), d (changed), e (added) and 2 more", msg)
@@ -93,9 +94,9 @@ func TestNewDriftStatus(t *testing.T) {
 	}}
 	st := NewDriftStatus(store.ManifestRef{CheckpointID: "c", WorkflowID: "w", Namespace: "ns"}, "/r", drift.Diff(base, cur))
 	assert.True(t, st.Drifted)
-	assert.Equal(t, []DriftFileChange{{Path: "a", OldSize: 1, NewSize: 2, OldHash: "01", NewHash: "02", OldType: "file", NewType: "file", OldMode: "0644", NewMode: "0755"}}, st.Changed)
-	assert.Equal(t, []DriftFileChange{{Path: "n", NewSize: 3, NewHash: "03", NewType: "file", NewMode: "0600"}}, st.Added)
-	assert.Equal(t, []DriftFileChange{{Path: "l", OldType: "symlink", OldMode: "0777"}}, st.Deleted)
+	assert.Equal(t, []protocol.DriftFileChange{{Path: "a", OldSize: 1, NewSize: 2, OldHash: "01", NewHash: "02", OldType: "file", NewType: "file", OldMode: "0644", NewMode: "0755"}}, st.Changed)
+	assert.Equal(t, []protocol.DriftFileChange{{Path: "n", NewSize: 3, NewHash: "03", NewType: "file", NewMode: "0600"}}, st.Added)
+	assert.Equal(t, []protocol.DriftFileChange{{Path: "l", OldType: "symlink", OldMode: "0777"}}, st.Deleted)
 	assert.Equal(t, 2, st.FilesChecked)
 	b, err := json.Marshal(st)
 	require.NoError(t, err)
@@ -113,12 +114,12 @@ func TestDriftWatchQueue(t *testing.T) {
 	assert.Empty(t, dw.queue)
 	dw.emit(drift.Batch{Changes: []drift.Change{{Path: "a", Kind: drift.KindChanged}}, Drifted: true})
 	require.Len(t, dw.queue, 1)
-	assert.Equal(t, DriftChangedEvent{WatchID: "w-1", CheckpointID: "c", Changes: []drift.Change{{Path: "a", Kind: drift.KindChanged}}, Drifted: true}, dw.queue[0])
+	assert.Equal(t, protocol.DriftChangedEvent{WatchID: "w-1", CheckpointID: "c", Changes: []drift.Change{{Path: "a", Kind: drift.KindChanged}}, Drifted: true}, dw.queue[0])
 	for range maxQueuedBatches + 10 {
 		dw.emit(drift.Batch{Changes: []drift.Change{{Path: "b", Kind: drift.KindAdded}}, Drifted: true})
 	}
 	assert.LessOrEqual(t, len(dw.queue), maxQueuedBatches)
-	var collapsed *DriftChangedEvent
+	var collapsed *protocol.DriftChangedEvent
 	for i := range dw.queue {
 		if dw.queue[i].Rescan {
 			collapsed = &dw.queue[i]

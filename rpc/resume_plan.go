@@ -6,12 +6,13 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/resume"
 	"github.com/ckptd/ckptd/store"
 )
 
 func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ResumePlanParams
+	var p protocol.ResumePlanParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -35,7 +36,7 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		s.reportCorrupt(p.WorkflowID, &store.CorruptError{CheckpointID: bad.CheckpointID, Reason: bad.Reason})
 	}
 	in, cp := g.Input, g.Checkpoint
-	var driftSt *DriftStatus
+	var driftSt *protocol.DriftStatus
 	if cp != nil { // sources recorded with the checkpoint: drift is a problem (rpc/drift.go)
 		driftSt, in.Drift = s.planDrift(ctx, cp.CheckpointID)
 		in.DriftAsWarning = p.DriftAsWarning
@@ -50,14 +51,14 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		if driftSt != nil {
 			data["drift"] = driftSt
 		}
-		return reply{}, rpcError(CodeResumeInvalid, msg, data)
+		return reply{}, rpcError(protocol.CodeResumeInvalid, msg, data)
 	}
 	warnings = append(problems, warnings...)
 	if warnings == nil {
 		warnings = []resume.Problem{}
 	}
 	var r reply
-	res := ResumePlanResult{
+	res := protocol.ResumePlanResult{
 		CheckpointID:   cp.CheckpointID,
 		WorkflowID:     cp.WorkflowID,
 		Namespace:      cp.Namespace,

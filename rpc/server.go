@@ -1,6 +1,7 @@
-// Package rpc is ckptd's JSON-RPC face: protocol types (protocol.go), the framing codec
-// (codec.go) and one handler file per method family. It turns requests into calls on the
-// store and drift packages, which know nothing of JSON-RPC.
+// Package rpc is ckptd's JSON-RPC face: the server, the framing codec (codec.go) and one
+// handler file per method family. The wire types it decodes and encodes are package
+// protocol's. It turns requests into calls on the store and drift packages, which know
+// nothing of JSON-RPC.
 package rpc
 
 import (
@@ -18,6 +19,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/ckptd/ckptd/framing"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -118,21 +120,21 @@ func New(st *store.Store, opts Options) *Server {
 	s.lastMutation = done
 	s.lastDone = done
 	s.methods = map[string]method{
-		MethodInitialize:   {kindRead, s.initialize},
-		MethodSave:         {kindMutation, s.save},
-		MethodLoad:         {kindRead, s.load},
-		MethodList:         {kindRead, s.list},
-		MethodDelete:       {kindMutation, s.delete},
-		MethodPrune:        {kindMutation, s.prune},
-		MethodConfigure:    {kindMutation, s.configure},
-		MethodComplete:     {kindMutation, s.complete},
-		MethodWorkflowList: {kindRead, s.workflowList},
-		MethodWritesPut:    {kindMutation, s.writesPut},
-		MethodResumePlan:   {kindRead, s.resumePlan},
-		MethodStats:        {kindRead, s.stats},
-		MethodDriftStatus:  {kindRead, s.driftStatus},
-		MethodDriftWatch:   {kindRead, s.driftWatch},
-		MethodDriftUnwatch: {kindRead, s.driftUnwatch},
+		protocol.MethodInitialize:   {kindRead, s.initialize},
+		protocol.MethodSave:         {kindMutation, s.save},
+		protocol.MethodLoad:         {kindRead, s.load},
+		protocol.MethodList:         {kindRead, s.list},
+		protocol.MethodDelete:       {kindMutation, s.delete},
+		protocol.MethodPrune:        {kindMutation, s.prune},
+		protocol.MethodConfigure:    {kindMutation, s.configure},
+		protocol.MethodComplete:     {kindMutation, s.complete},
+		protocol.MethodWorkflowList: {kindRead, s.workflowList},
+		protocol.MethodWritesPut:    {kindMutation, s.writesPut},
+		protocol.MethodResumePlan:   {kindRead, s.resumePlan},
+		protocol.MethodStats:        {kindRead, s.stats},
+		protocol.MethodDriftStatus:  {kindRead, s.driftStatus},
+		protocol.MethodDriftWatch:   {kindRead, s.driftWatch},
+		protocol.MethodDriftUnwatch: {kindRead, s.driftUnwatch},
 	}
 	for name, m := range s.langGraphMethods() { // lg/*, thread/*: rpc/langgraph.go
 		s.methods[name] = m
@@ -180,7 +182,7 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 // enough to schedule the call and returns.
 func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	inc, _ := s.codec.Take(req)
-	if req.Method == methodProtocolError {
+	if req.Method == protocolErrorMethod {
 		if inc.ProtocolError != nil {
 			s.log.Warn("bad frame", "code", inc.ProtocolError.Code, "error", inc.ProtocolError.Message)
 			if !req.Notif {
@@ -189,19 +191,19 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 		}
 		return
 	}
-	if req.Method == MethodShutdown {
+	if req.Method == protocol.MethodShutdown {
 		s.shutdown(conn, req)
 		return
 	}
 	m, ok := s.methods[req.Method]
 	if !ok {
-		s.respond(conn, req, reply{}, rpcError(CodeMethodNotFound, "method not found: "+req.Method, map[string]string{"method": req.Method}))
+		s.respond(conn, req, reply{}, rpcError(protocol.CodeMethodNotFound, "method not found: "+req.Method, map[string]string{"method": req.Method}))
 		return
 	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
-		s.respond(conn, req, reply{}, rpcError(CodeShuttingDown, "shutting down: no new requests are accepted", nil))
+		s.respond(conn, req, reply{}, rpcError(protocol.CodeShuttingDown, "shutting down: no new requests are accepted", nil))
 		return
 	}
 	s.inflight.Add(1)
@@ -246,7 +248,7 @@ func (s *Server) safeRun(m method, c *call) (r reply, err *jsonrpc2.Error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("handler panic", "method", c.req.Method, "panic", p)
-			r, err = reply{}, rpcError(CodeInternal, "internal error (please report): handler panicked", nil)
+			r, err = reply{}, rpcError(protocol.CodeInternal, "internal error (please report): handler panicked", nil)
 		}
 	}()
 	return m.run(context.Background(), c)
@@ -264,7 +266,7 @@ func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, re
 		return
 	}
 	if rerr != nil {
-		if rerr.Code == CodeInternal || rerr.Code == CodeUnavailable {
+		if rerr.Code == protocol.CodeInternal || rerr.Code == protocol.CodeUnavailable {
 			s.log.Error("request failed", "method", req.Method, "code", rerr.Code, "error", rerr.Message)
 		} else {
 			s.log.Debug("request rejected", "method", req.Method, "code", rerr.Code, "error", rerr.Message)
@@ -276,7 +278,7 @@ func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, re
 	}
 	b, err := json.Marshal(r.result)
 	if err != nil {
-		_ = conn.ReplyWithError(ctx, req.ID, rpcError(CodeInternal, "internal error: "+err.Error(), nil))
+		_ = conn.ReplyWithError(ctx, req.ID, rpcError(protocol.CodeInternal, "internal error: "+err.Error(), nil))
 		return
 	}
 	for _, f := range r.rawFields {
@@ -329,7 +331,7 @@ func (s *Server) notify(method string, params any) {
 
 func (s *Server) onPruned(workflowID string, ids []string, reason string) {
 	s.metrics.add(&s.metrics.pruned, int64(len(ids)))
-	s.notify(NotifyPruned, PrunedEvent{WorkflowID: workflowID, CheckpointIDs: ids, Reason: reason})
+	s.notify(protocol.NotifyPruned, protocol.PrunedEvent{WorkflowID: workflowID, CheckpointIDs: ids, Reason: reason})
 }
 
 // stdio joins the process's stdin and stdout into the ReadWriteCloser jsonrpc2 wants.

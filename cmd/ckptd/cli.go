@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
@@ -208,7 +209,7 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 // summaryJSON is a checkpoint summary in the protocol's shape (checkpoint/list).
-func summaryJSON(sm store.Summary) rpc.Summary { return rpc.SummaryOf(sm) }
+func summaryJSON(sm store.Summary) protocol.Summary { return rpc.SummaryOf(sm) }
 
 // workflowJSON is a workflow in the protocol's shape (workflow/list).
-func workflowJSON(w store.WorkflowInfo) rpc.WorkflowInfo { return rpc.WorkflowInfoOf(w) }
+func workflowJSON(w store.WorkflowInfo) protocol.WorkflowInfo { return rpc.WorkflowInfoOf(w) }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
@@ -91,21 +92,21 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 }
 
 // checkpointDrift checks ref's recorded sources against the disk (what drift/status answers).
-func checkpointDrift(ctx context.Context, st *store.Store, ref store.ManifestRef, log *slog.Logger) (rpc.DriftStatus, error) {
+func checkpointDrift(ctx context.Context, st *store.Store, ref store.ManifestRef, log *slog.Logger) (protocol.DriftStatus, error) {
 	base, err := st.Manifest(ctx, ref)
 	if err != nil {
-		return rpc.DriftStatus{}, err
+		return protocol.DriftStatus{}, err
 	}
 	rep, _, err := rpc.CheckDrift(ctx, base, nil, log)
 	if err != nil {
-		return rpc.DriftStatus{}, fmt.Errorf("checking %s: %w", base.Spec.Root, err)
+		return protocol.DriftStatus{}, fmt.Errorf("checking %s: %w", base.Spec.Root, err)
 	}
 	return rpc.NewDriftStatus(ref, base.Spec.Root, rep), nil
 }
 
 // planDrift is resume/plan's drift check for ckptd plan: nil and "" when the checkpoint has no
 // sources recorded, else its status and the problem message if it drifted.
-func planDrift(ctx context.Context, st *store.Store, checkpointID string, log *slog.Logger) (*rpc.DriftStatus, string) {
+func planDrift(ctx context.Context, st *store.Store, checkpointID string, log *slog.Logger) (*protocol.DriftStatus, string) {
 	ref, err := st.CheckpointManifestRef(ctx, checkpointID)
 	if err != nil || !ref.HasManifest {
 		return nil, ""
@@ -117,7 +118,7 @@ func planDrift(ctx context.Context, st *store.Store, checkpointID string, log *s
 	return &ds, rpc.DriftProblem(ds)
 }
 
-func driftText(w io.Writer, ref store.ManifestRef, ds rpc.DriftStatus) error {
+func driftText(w io.Writer, ref store.ManifestRef, ds protocol.DriftStatus) error {
 	tw := newTable(w)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("workflow", ref.WorkflowID)
@@ -148,7 +149,7 @@ func driftText(w io.Writer, ref store.ManifestRef, ds rpc.DriftStatus) error {
 		}
 		for _, l := range []struct {
 			kind string
-			fcs  []rpc.DriftFileChange
+			fcs  []protocol.DriftFileChange
 		}{{"changed", ds.Changed}, {"added", ds.Added}, {"deleted", ds.Deleted}} {
 			for _, fc := range l.fcs {
 				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", l.kind, fc.Path, size(fc.OldSize, fc.OldType != ""), size(fc.NewSize, fc.NewType != ""))

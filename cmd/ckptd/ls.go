@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -63,7 +63,7 @@ func lsWorkflows(ctx context.Context, e *env, st *store.Store, resumableOnly, as
 		return err
 	}
 	if asJSON {
-		out := rpc.WorkflowListResult{Workflows: make([]rpc.WorkflowInfo, 0, len(ws))}
+		out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
 		for _, w := range ws {
 			out.Workflows = append(out.Workflows, workflowJSON(w))
 		}
@@ -115,7 +115,7 @@ func lsCheckpoints(ctx context.Context, e *env, st *store.Store, wf string, ns *
 		before = sms[len(sms)-1].CheckpointID
 	}
 	if asJSON {
-		out := rpc.ListResult{Checkpoints: make([]rpc.Summary, 0, len(all))}
+		out := protocol.ListResult{Checkpoints: make([]protocol.Summary, 0, len(all))}
 		for _, sm := range all {
 			out.Checkpoints = append(out.Checkpoints, summaryJSON(sm))
 		}

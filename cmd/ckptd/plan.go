@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/resume"
-	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -63,7 +63,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		case err != nil:
 			return err
 		}
-		var driftSt *rpc.DriftStatus
+		var driftSt *protocol.DriftStatus
 		if cp := gathered.Checkpoint; cp != nil { // as resume/plan does (cmd/ckptd/drift.go)
 			log, err := g.logger(e)
 			if err != nil {
@@ -102,14 +102,14 @@ type planCheckpoint struct {
 }
 
 type planReport struct {
-	WorkflowID    string           `json:"workflowId"`
-	OK            bool             `json:"ok"` // no problem blocks the resume
-	Checkpoint    *planCheckpoint  `json:"checkpoint"`
-	Plan          *resume.Plan     `json:"plan"`
-	Problems      []resume.Problem `json:"problems"`
-	Warnings      []resume.Problem `json:"warnings"`
-	RecoveredFrom []rpc.Recovered  `json:"recoveredFrom,omitempty"`
-	Drift         *rpc.DriftStatus `json:"drift,omitempty"`
+	WorkflowID    string                `json:"workflowId"`
+	OK            bool                  `json:"ok"` // no problem blocks the resume
+	Checkpoint    *planCheckpoint       `json:"checkpoint"`
+	Plan          *resume.Plan          `json:"plan"`
+	Problems      []resume.Problem      `json:"problems"`
+	Warnings      []resume.Problem      `json:"warnings"`
+	RecoveredFrom []protocol.Recovered  `json:"recoveredFrom,omitempty"`
+	Drift         *protocol.DriftStatus `json:"drift,omitempty"`
 }
 
 func newPlanReport(req resume.Request, g resume.Gathered, plan resume.Plan, problems, warnings []resume.Problem) planReport {
@@ -131,7 +131,7 @@ func newPlanReport(req resume.Request, g resume.Gathered, plan resume.Plan, prob
 			CompletedTasks: cp.CompletedTaskCount, PendingTasks: cp.PendingTaskCount}
 		r.Plan = &plan
 		for _, rec := range cp.RecoveredFrom {
-			r.RecoveredFrom = append(r.RecoveredFrom, rpc.Recovered{CheckpointID: rec.CheckpointID, Reason: rec.Reason})
+			r.RecoveredFrom = append(r.RecoveredFrom, protocol.Recovered{CheckpointID: rec.CheckpointID, Reason: rec.Reason})
 		}
 	}
 	return r

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -246,13 +246,13 @@ type showStorage struct {
 }
 
 type showResult struct {
-	rpc.Summary
-	FormatVersion  int                `json:"formatVersion"`
-	CompletedTasks json.RawMessage    `json:"completedTasks"`
-	PendingTasks   json.RawMessage    `json:"pendingTasks"`
-	PendingWrites  []rpc.PendingWrite `json:"pendingWrites"`
-	Storage        showStorage        `json:"storage"`
-	Integrity      showIntegrity      `json:"integrity"`
+	protocol.Summary
+	FormatVersion  int                     `json:"formatVersion"`
+	CompletedTasks json.RawMessage         `json:"completedTasks"`
+	PendingTasks   json.RawMessage         `json:"pendingTasks"`
+	PendingWrites  []protocol.PendingWrite `json:"pendingWrites"`
+	Storage        showStorage             `json:"storage"`
+	Integrity      showIntegrity           `json:"integrity"`
 }
 
 func showJSON(in store.Inspection) showResult {
@@ -276,10 +276,10 @@ func orEmptyArray(raw json.RawMessage) json.RawMessage {
 }
 
 // pendingWritesJSON renders writes as checkpoint/load does.
-func pendingWritesJSON(ws []store.Write) []rpc.PendingWrite {
-	out := make([]rpc.PendingWrite, 0, len(ws))
+func pendingWritesJSON(ws []store.Write) []protocol.PendingWrite {
+	out := make([]protocol.PendingWrite, 0, len(ws))
 	for _, w := range ws {
-		pw := rpc.PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
+		pw := protocol.PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
 		if w.IsBytes {
 			enc := base64.StdEncoding.EncodeToString(w.Value)
 			pw.ValueBase64 = &enc

@@ -1,4 +1,8 @@
-package rpc
+// Package protocol holds ckptd's wire types and nothing else: method names, error codes, and
+// every params, result and notification struct of docs/protocol.md, with their exact JSON
+// names. The handlers live in package rpc; commands and tests import this package, never the
+// server, for the types.
+package protocol
 
 import (
 	"encoding/json"
@@ -11,27 +15,26 @@ const ProtocolVersion = 1
 
 // Method names (binding; see docs/protocol.md).
 const (
-	MethodInitialize    = "initialize"
-	MethodShutdown      = "shutdown"
-	MethodSave          = "checkpoint/save"
-	MethodLoad          = "checkpoint/load"
-	MethodList          = "checkpoint/list"
-	MethodDelete        = "checkpoint/delete"
-	MethodPrune         = "checkpoint/prune"
-	MethodConfigure     = "workflow/configure"
-	MethodComplete      = "workflow/complete"
-	MethodWorkflowList  = "workflow/list"
-	MethodWritesPut     = "writes/put"
-	MethodResumePlan    = "resume/plan"
-	MethodStats         = "stats"
-	MethodDriftStatus   = "drift/status"
-	MethodDriftWatch    = "drift/watch"
-	MethodDriftUnwatch  = "drift/unwatch"
-	methodProtocolError = "$/ckptd/protocolError"
-	NotifySaved         = "checkpoint/saved"
-	NotifyPruned        = "checkpoint/pruned"
-	NotifyCorrupted     = "checkpoint/corrupted"
-	NotifyDriftChanged  = "drift/changed" // per drift/watch, no initialize opt-in
+	MethodInitialize   = "initialize"
+	MethodShutdown     = "shutdown"
+	MethodSave         = "checkpoint/save"
+	MethodLoad         = "checkpoint/load"
+	MethodList         = "checkpoint/list"
+	MethodDelete       = "checkpoint/delete"
+	MethodPrune        = "checkpoint/prune"
+	MethodConfigure    = "workflow/configure"
+	MethodComplete     = "workflow/complete"
+	MethodWorkflowList = "workflow/list"
+	MethodWritesPut    = "writes/put"
+	MethodResumePlan   = "resume/plan"
+	MethodStats        = "stats"
+	MethodDriftStatus  = "drift/status"
+	MethodDriftWatch   = "drift/watch"
+	MethodDriftUnwatch = "drift/unwatch"
+	NotifySaved        = "checkpoint/saved"
+	NotifyPruned       = "checkpoint/pruned"
+	NotifyCorrupted    = "checkpoint/corrupted"
+	NotifyDriftChanged = "drift/changed" // per drift/watch, no initialize opt-in
 )
 
 // Error codes (binding).
@@ -99,7 +102,7 @@ type SaveParams struct {
 	PendingTasks    json.RawMessage `json:"pendingTasks"`
 	WorkflowHash    string          `json:"workflowHash"`
 	Metadata        json.RawMessage `json:"metadata"`
-	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (rpc/drift.go)
+	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (engine.Save)
 }
 
 // SaveResult answers checkpoint/save.
