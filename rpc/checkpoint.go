@@ -12,6 +12,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
@@ -22,13 +23,6 @@ const (
 	maxListLimit         = 10000
 	defaultListLimit     = 100
 )
-
-func timestamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
-}
 
 func requireID(field, v string, max int) *jsonrpc2.Error {
 	switch {
@@ -228,46 +222,13 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	return reply{result: protocol.SaveResult{
 		CheckpointID: res.CheckpointID,
 		Seq:          res.Seq,
-		CreatedAt:    timestamp(res.CreatedAt),
+		CreatedAt:    engine.Timestamp(res.CreatedAt),
 		SizeBytes:    res.SizeBytes,
 		StoredBytes:  res.StoredBytes,
 		SHA256:       res.SHA256,
 		Deduplicated: res.Deduplicated,
 		Sources:      sourcesInfo,
 	}}, nil
-}
-
-// SummaryOf renders a store summary in the protocol's shape (also used by the CLI's --json).
-func SummaryOf(sm store.Summary) protocol.Summary {
-	out := protocol.Summary{
-		CheckpointID:       sm.CheckpointID,
-		WorkflowID:         sm.WorkflowID,
-		Namespace:          sm.Namespace,
-		Seq:                sm.Seq,
-		Phase:              string(sm.Phase),
-		Step:               sm.Step,
-		StepName:           sm.StepName,
-		WorkflowHash:       sm.WorkflowHash,
-		Metadata:           sm.Metadata,
-		CreatedAt:          timestamp(sm.CreatedAt),
-		StateType:          string(sm.StateType),
-		SizeBytes:          sm.SizeBytes,
-		StoredBytes:        sm.StoredBytes,
-		SHA256:             sm.SHA256,
-		CompletedTaskCount: sm.CompletedTaskCount,
-		PendingTaskCount:   sm.PendingTaskCount,
-	}
-	if sm.ParentID != "" {
-		p := sm.ParentID
-		out.ParentID = &p
-	}
-	if sm.Error != nil {
-		out.Error = &protocol.StepError{Message: sm.Error.Message, Retryable: sm.Error.Retryable}
-	}
-	if len(out.Metadata) == 0 {
-		out.Metadata = json.RawMessage("{}")
-	}
-	return out
 }
 
 // stateReply puts a state into a reply: as the frame attachment, inline JSON, or base64.
@@ -298,36 +259,10 @@ func orEmptyArray(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-func pendingWrites(ws []store.Write) []protocol.PendingWrite {
-	out := make([]protocol.PendingWrite, 0, len(ws))
-	for _, w := range ws {
-		pw := protocol.PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
-		if w.IsBytes {
-			enc := base64.StdEncoding.EncodeToString(w.Value)
-			pw.ValueBase64 = &enc
-		} else {
-			pw.Value = w.Value
-			if len(pw.Value) == 0 {
-				pw.Value = json.RawMessage("null")
-			}
-		}
-		out = append(out, pw)
-	}
-	return out
-}
-
 func (s *Server) reportCorrupt(workflowID string, ce *store.CorruptError) {
 	s.metrics.integrity.Add(1)
 	s.log.Error("corrupt checkpoint", "workflow", workflowID, "checkpoint", ce.CheckpointID, "reason", ce.Reason)
 	s.notify(protocol.NotifyCorrupted, protocol.CorruptedEvent{CheckpointID: ce.CheckpointID, WorkflowID: workflowID, Reason: ce.Reason})
-}
-
-func recovered(rs []store.Recovery) []protocol.Recovered {
-	var out []protocol.Recovered
-	for _, r := range rs {
-		out = append(out, protocol.Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason})
-	}
-	return out
 }
 
 func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
@@ -370,11 +305,11 @@ func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	var r reply
 	res := protocol.LoadResult{
-		Summary:        SummaryOf(lr.Summary),
+		Summary:        engine.SummaryOf(lr.Summary),
 		CompletedTasks: orEmptyArray(lr.CompletedTasks),
 		PendingTasks:   orEmptyArray(lr.PendingTasks),
-		PendingWrites:  pendingWrites(lr.PendingWrites),
-		RecoveredFrom:  recovered(lr.RecoveredFrom),
+		PendingWrites:  engine.PendingWritesOf(lr.PendingWrites),
+		RecoveredFrom:  engine.RecoveredOf(lr.RecoveredFrom),
 	}
 	res.StateBase64, res.StateAttachment = stateReply(&r, lr.StateType, lr.State, p.Attachment)
 	r.result = res
@@ -405,7 +340,7 @@ func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	out := protocol.ListResult{Checkpoints: make([]protocol.Summary, 0, len(sums))}
 	for _, sm := range sums {
-		out.Checkpoints = append(out.Checkpoints, SummaryOf(sm))
+		out.Checkpoints = append(out.Checkpoints, engine.SummaryOf(sm))
 	}
 	return reply{result: out}, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
@@ -116,7 +117,7 @@ func (p *packer) tuple(t store.LGTuple) protocol.LGTuple {
 		ThreadID:        t.ThreadID,
 		Namespace:       t.Namespace,
 		CheckpointID:    t.CheckpointID,
-		CreatedAt:       timestamp(t.CreatedAt),
+		CreatedAt:       engine.Timestamp(t.CreatedAt),
 		Checkpoint:      p.add(t.Type, t.Checkpoint),
 		ChannelVersions: t.ChannelVersions,
 		Metadata:        t.Metadata,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/resume"
 	"github.com/ckptd/ckptd/store"
@@ -72,7 +73,7 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		PendingTasks:   orEmptyArray(cp.PendingTasks),
 		StateType:      string(cp.StateType),
 		Warnings:       warnings,
-		RecoveredFrom:  recovered(cp.RecoveredFrom),
+		RecoveredFrom:  engine.RecoveredOf(cp.RecoveredFrom),
 		Drift:          driftSt,
 	}
 	res.StateBase64, res.StateAttachment = stateReply(&r, cp.StateType, cp.State, p.Attachment)

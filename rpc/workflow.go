@@ -7,6 +7,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
@@ -80,23 +81,6 @@ func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error)
 	return reply{result: protocol.CompleteResult{WorkflowID: p.WorkflowID, Deleted: n}}, nil
 }
 
-// WorkflowInfoOf renders a store workflow in the protocol's shape (workflow/list, CLI --json).
-func WorkflowInfoOf(w store.WorkflowInfo) protocol.WorkflowInfo {
-	out := protocol.WorkflowInfo{
-		WorkflowID:  w.WorkflowID,
-		Count:       w.Count,
-		Resumable:   w.Resumable,
-		Completed:   w.Completed,
-		UpdatedAt:   timestamp(w.UpdatedAt),
-		StoredBytes: w.StoredBytes,
-	}
-	if w.Latest != nil {
-		sm := SummaryOf(*w.Latest)
-		out.Latest = &sm
-	}
-	return out
-}
-
 func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	var p protocol.WorkflowListParams
 	if err := decodeParams(c.params, &p); err != nil {
@@ -108,7 +92,7 @@ func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	}
 	out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
 	for _, w := range ws {
-		out.Workflows = append(out.Workflows, WorkflowInfoOf(w))
+		out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
 	}
 	return reply{result: out}, nil
 }

@@ -18,8 +18,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/ckptd/ckptd/protocol"
-	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -207,9 +205,3 @@ func parseAge(s string) (time.Duration, error) {
 	}
 	return total, nil
 }
-
-// summaryJSON is a checkpoint summary in the protocol's shape (checkpoint/list).
-func summaryJSON(sm store.Summary) protocol.Summary { return rpc.SummaryOf(sm) }
-
-// workflowJSON is a workflow in the protocol's shape (workflow/list).
-func workflowJSON(w store.WorkflowInfo) protocol.WorkflowInfo { return rpc.WorkflowInfoOf(w) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
@@ -65,7 +66,7 @@ func lsWorkflows(ctx context.Context, e *env, st *store.Store, resumableOnly, as
 	if asJSON {
 		out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
 		for _, w := range ws {
-			out.Workflows = append(out.Workflows, workflowJSON(w))
+			out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
 		}
 		return printJSON(e.stdout, out)
 	}
@@ -117,7 +118,7 @@ func lsCheckpoints(ctx context.Context, e *env, st *store.Store, wf string, ns *
 	if asJSON {
 		out := protocol.ListResult{Checkpoints: make([]protocol.Summary, 0, len(all))}
 		for _, sm := range all {
-			out.Checkpoints = append(out.Checkpoints, summaryJSON(sm))
+			out.Checkpoints = append(out.Checkpoints, engine.SummaryOf(sm))
 		}
 		return printJSON(e.stdout, out)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
@@ -257,11 +257,11 @@ type showResult struct {
 
 func showJSON(in store.Inspection) showResult {
 	out := showResult{
-		Summary:        summaryJSON(in.Summary),
+		Summary:        engine.SummaryOf(in.Summary),
 		FormatVersion:  in.FormatVersion,
 		CompletedTasks: orEmptyArray(in.CompletedTasks),
 		PendingTasks:   orEmptyArray(in.PendingTasks),
-		PendingWrites:  pendingWritesJSON(in.PendingWrites),
+		PendingWrites:  engine.PendingWritesOf(in.PendingWrites),
 		Storage:        showStorage{Encoding: in.Encoding, SharedWith: in.SharedWith},
 		Integrity:      showIntegrity{OK: in.Corrupt == "", Reason: in.Corrupt},
 	}
@@ -273,23 +273,4 @@ func orEmptyArray(raw json.RawMessage) json.RawMessage {
 		return json.RawMessage("[]")
 	}
 	return raw
-}
-
-// pendingWritesJSON renders writes as checkpoint/load does.
-func pendingWritesJSON(ws []store.Write) []protocol.PendingWrite {
-	out := make([]protocol.PendingWrite, 0, len(ws))
-	for _, w := range ws {
-		pw := protocol.PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
-		if w.IsBytes {
-			enc := base64.StdEncoding.EncodeToString(w.Value)
-			pw.ValueBase64 = &enc
-		} else {
-			pw.Value = w.Value
-			if len(pw.Value) == 0 {
-				pw.Value = json.RawMessage("null")
-			}
-		}
-		out = append(out, pw)
-	}
-	return out
 }
