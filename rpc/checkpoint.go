@@ -187,22 +187,21 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
-	// Fingerprint the sources (if any) before queueing: the next mutation waits, so saves of a
-	// workflow keep their order and each one's incremental scan builds on the previous one.
-	sourcesInfo, perr := s.fingerprintForSave(ctx, c, &req)
+	// The sources (if any) are fingerprinted before the save is queued: the next mutation
+	// waits, so saves of a workflow keep their order and each one's incremental scan builds on
+	// the previous one. Once queued in order, the next mutation may go ahead (c.release).
+	sources, perr := saveSources(c.sources)
 	if perr != nil {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
-	pending := s.store.Enqueue(req)
-	c.release() // queued in order: the next mutation may go ahead
-	res, err := pending.Wait(ctx)
+	res, sourcesInfo, err := s.engine.Save(ctx, req, sources, c.release)
 	if err != nil {
 		s.metrics.failures.Add(1)
 		if errors.Is(err, store.ErrConflict) {
 			return reply{}, rpcError(protocol.CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
 		}
-		return reply{}, storeError(err)
+		return reply{}, engineError(err)
 	}
 	s.metrics.saves.Add(1)
 	s.metrics.bytesIn.Add(int64(len(req.State)))
@@ -210,9 +209,6 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.dedup.Add(1)
 	}
 	s.metrics.save.observe(time.Since(start))
-	if res.Existing {
-		sourcesInfo = nil // an idempotent repeat: the first save's fingerprint stands
-	}
 	if !res.Existing {
 		s.notify(protocol.NotifySaved, protocol.SavedEvent{
 			CheckpointID: res.CheckpointID, WorkflowID: req.WorkflowID, Namespace: req.Namespace,

@@ -1,7 +1,8 @@
 // Package rpc is ckptd's JSON-RPC face: the server, the framing codec (codec.go) and one
 // handler file per method family. The wire types it decodes and encodes are package
-// protocol's. It turns requests into calls on the store and drift packages, which know
-// nothing of JSON-RPC.
+// protocol's. Handlers decode params, call the engine (use cases composed of store, drift and
+// resume) or the store (plain reads and writes), and encode the reply; none of those packages
+// knows JSON-RPC.
 package rpc
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/framing"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
@@ -51,7 +53,7 @@ type Server struct {
 	inflight     sync.WaitGroup
 	shutdownDone chan struct{}
 
-	drift driftState // manifest caches and drift watches (rpc/drift.go)
+	engine *engine.Engine // the use cases: saves with sources, resume plans, drift (package engine)
 
 	workers workers // goroutines that run handlers (rpc/workers.go)
 }
@@ -76,7 +78,7 @@ type call struct {
 	attachment    []byte
 	hasAttachment bool
 	release       func()          // for mutations: lets the next mutation start
-	sources       json.RawMessage // checkpoint/save's sources param (rpc/drift.go)
+	sources       json.RawMessage // checkpoint/save's sources param (saveSources, rpc/drift.go)
 }
 
 // reply is a handler's answer. rawFields are spliced into the marshalled result byte-for-byte
@@ -104,6 +106,7 @@ func New(st *store.Store, opts Options) *Server {
 	}
 	s := &Server{
 		store:        st,
+		engine:       engine.New(st, opts.Logger),
 		opts:         opts,
 		log:          opts.Logger,
 		started:      time.Now(),
@@ -172,7 +175,7 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 	s.closing = true
 	s.mu.Unlock()
 	s.inflight.Wait()
-	s.closeWatches()
+	s.engine.CloseWatches(2 * time.Second) // the connection is closing: end every drift watch
 	s.log.Info("stopping", "reason", cause)
 	_ = conn.Close()
 	return nil

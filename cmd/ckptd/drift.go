@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
-	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -50,6 +49,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+		eng := engine.New(st, log)
 		var ref store.ManifestRef
 		var err error
 		if *checkpoint != "" {
@@ -72,9 +72,13 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		case !ref.HasManifest:
 			return fmt.Errorf("no sources recorded for checkpoint %s (save it with sources, or set them with workflow/configure)", ref.CheckpointID)
 		}
-		ds, err := checkpointDrift(ctx, st, ref, log)
+		base, err := eng.Manifest(ctx, ref)
 		if err != nil {
 			return err
+		}
+		ds, err := eng.CheckpointDrift(ctx, ref, base) // what drift/status answers
+		if err != nil {
+			return fmt.Errorf("checking %s: %w", base.Spec.Root, err)
 		}
 		if *asJSON {
 			err = printJSON(e.stdout, ds)
@@ -89,33 +93,6 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	})
-}
-
-// checkpointDrift checks ref's recorded sources against the disk (what drift/status answers).
-func checkpointDrift(ctx context.Context, st *store.Store, ref store.ManifestRef, log *slog.Logger) (protocol.DriftStatus, error) {
-	base, err := st.Manifest(ctx, ref)
-	if err != nil {
-		return protocol.DriftStatus{}, err
-	}
-	rep, _, err := rpc.CheckDrift(ctx, base, nil, log)
-	if err != nil {
-		return protocol.DriftStatus{}, fmt.Errorf("checking %s: %w", base.Spec.Root, err)
-	}
-	return rpc.NewDriftStatus(ref, base.Spec.Root, rep), nil
-}
-
-// planDrift is resume/plan's drift check for ckptd plan: nil and "" when the checkpoint has no
-// sources recorded, else its status and the problem message if it drifted.
-func planDrift(ctx context.Context, st *store.Store, checkpointID string, log *slog.Logger) (*protocol.DriftStatus, string) {
-	ref, err := st.CheckpointManifestRef(ctx, checkpointID)
-	if err != nil || !ref.HasManifest {
-		return nil, ""
-	}
-	ds, err := checkpointDrift(ctx, st, ref, log)
-	if err != nil {
-		return nil, "could not check the recorded sources for drift: " + err.Error()
-	}
-	return &ds, rpc.DriftProblem(ds)
 }
 
 func driftText(w io.Writer, ref store.ManifestRef, ds protocol.DriftStatus) error {
