@@ -70,7 +70,8 @@ const rowOverhead = 96
 // state gains a ~1 KB message and changes one field per step. It projects the storage of chunked
 // values (new chunks compressed, new runs, each checkpoint's index, rowOverhead per new row)
 // against the target 1.1 MB + 300 × 8 KB, and against today's storage measured in the same run
-// (every state compressed whole). field-near: the changed field follows the message list;
+// (every state compressed whole), and counts the reference-count updates a backend makes per save
+// (the value's runs, plus the chunks of its new runs). field-near: the changed field follows the message list;
 // field-far: it precedes it (two edits ~700 KB apart).
 func BenchmarkWorkload(b *testing.B) {
 	const steps, size = 300, 1 << 20
@@ -83,9 +84,9 @@ func BenchmarkWorkload(b *testing.B) {
 	for _, far := range []bool{false, true} {
 		name := map[bool]string{false: "field-near", true: "field-far"}[far]
 		b.Run(name, func(b *testing.B) {
-			var logical, first, chunkRaw, chunkStored, runStored, indexStored, flat, rows, today int64
+			var logical, first, chunkRaw, chunkStored, runStored, indexStored, flat, rows, today, refs int64
 			for b.Loop() {
-				logical, first, chunkRaw, chunkStored, runStored, indexStored, flat, rows, today = 0, 0, 0, 0, 0, 0, 0, 0, 0
+				logical, first, chunkRaw, chunkStored, runStored, indexStored, flat, rows, today, refs = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 				w := testgen.NewWorkload(31, size)
 				w.FieldFirst = far
 				chunks := map[Address]bool{}
@@ -113,6 +114,7 @@ func BenchmarkWorkload(b *testing.B) {
 							rows++
 							if step > 0 {
 								runStored += int64(len(r.Data)) + rowOverhead
+								refs += int64(len(r.Refs)) // the new run's chunks gain a reference each
 							}
 						}
 					}
@@ -122,6 +124,7 @@ func BenchmarkWorkload(b *testing.B) {
 					} else {
 						chunkStored += stored - int64(len(idx.Runs)*len(Address{}))
 						indexStored += int64(len(idx.Runs) * len(Address{}))
+						refs += int64(len(idx.Runs)) // the value's runs gain a reference each
 						flat += int64(len(rec.Chunks) * (len(Address{}) + 2))
 					}
 					if step%10 == 0 { // today: every state compressed whole; sampled, scaled by 10
@@ -141,13 +144,14 @@ func BenchmarkWorkload(b *testing.B) {
 			b.ReportMetric(per(chunkRaw), "new-chunk-B/step")
 			b.ReportMetric(per(chunkStored+runStored+indexStored), "stored-B/step")
 			b.ReportMetric(float64(today)/1e6, "today-MB")
+			b.ReportMetric(per(refs), "ref-updates/step")
 			b.Logf("%s: %d steps, logical %.1f MB; step 0 stored %.0f KB; per step: new chunks %.0f B raw, "+
 				"%.0f B stored (compressed + rows), new runs %.0f B, index %.0f B, total %.0f B (a flat recipe "+
 				"would be %.0f B alone); projected %.2f MB vs target %.2f MB; ratio %.0f×; today (whole states, "+
-				"zstd) %.1f MB; %d rows",
+				"zstd) %.1f MB; %d rows; %.0f reference updates per step",
 				name, steps, float64(logical)/1e6, float64(first)/1e3, per(chunkRaw), per(chunkStored),
 				per(runStored), per(indexStored), per(chunkStored+runStored+indexStored), per(flat),
-				float64(total)/1e6, float64(target)/1e6, float64(logical)/float64(total), float64(today)/1e6, rows)
+				float64(total)/1e6, float64(target)/1e6, float64(logical)/float64(total), float64(today)/1e6, rows, per(refs))
 			if total > target {
 				b.Errorf("projected %d bytes exceed the target %d", total, target)
 			}
