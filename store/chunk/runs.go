@@ -8,14 +8,15 @@ import (
 )
 
 // Recipes are stored in two levels. A flat recipe costs 32 bytes per chunk, and one value of a
-// workflow differs from the previous one in a few chunks only: a 1 MB state has ~450 chunks, so
-// a flat recipe per checkpoint would store ~15 KB to record a 1 KB change (and count ~450
-// references). Instead a recipe is cut into runs of consecutive chunk refs, stored once per
-// content like chunks; a value keeps the addresses of its runs only (its Index). A run ends after
-// a chunk whose address ends in four zero bits (so ~16 refs per run), or after MaxRunLen refs: the
-// cut depends on the chunk itself, so an edit changes the run around it and leaves the others
-// identical (as content-defined chunking does one level down). For that 1 MB state a checkpoint
-// then stores an index of ~28 addresses plus the one or two runs the change touched.
+// workflow differs from the previous one in a few chunks only: a 1 MB state has ~530 chunks, so
+// a flat recipe per checkpoint would store ~18 KB to record a 1 KB change (and make ~530
+// reference updates). Instead a recipe is cut into runs of consecutive chunk refs, stored once
+// per content like chunks; a value keeps the addresses of its runs only (its Index). A run ends
+// after a chunk whose address ends in four zero bits (so ~16 refs per run), or after MaxRunLen
+// refs: the cut depends on the chunk itself, so an edit changes the run around it and leaves the
+// others identical (as content-defined chunking does one level down). For that 1 MB state a
+// checkpoint then stores an index of ~34 addresses (1.1 KB) plus the one or two runs the change
+// touched (~0.6 KB each).
 const (
 	// runMask selects the address bits that end a run when zero: 1 chunk in 16.
 	runMask = 0x0f
@@ -23,9 +24,9 @@ const (
 	MaxRunLen = 64
 	// runFormat is the first byte of an encoded run.
 	runFormat = 1
-	// maxRunRefSize bounds a decoded ref's size, far above MaxSize (the chunker never makes such
-	// chunks) and low enough that sums of MaxRunLen of them never overflow.
-	maxRunRefSize = 1 << 40
+	// maxRunRefSize bounds a decoded ref's size: far above MaxSize (the chunker never makes such
+	// chunks), and within an int on every platform.
+	maxRunRefSize = 1<<31 - 1
 )
 
 // Run is a stored slice of a recipe: consecutive refs, their encoding and its address

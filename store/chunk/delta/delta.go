@@ -31,7 +31,7 @@ const (
 // bytes is worth it: the value is larger than MinSize and the middle less than half of it.
 // Otherwise the sender sends the value whole, as without deltas.
 func Pays(nextLen, middleLen int) bool {
-	return nextLen > MinSize && middleLen*100 < nextLen*MaxMiddlePercent
+	return nextLen > MinSize && int64(middleLen)*100 < int64(nextLen)*MaxMiddlePercent
 }
 
 // Compute returns the delta that turns prev into next: the longest common prefix, then the
