@@ -15,6 +15,7 @@ from .errors import (
     CheckpointNotFound,
     CkptdError,
     ClientClosed,
+    ClientForked,
     Conflict,
     DaemonDied,
     FramingError,
@@ -58,6 +59,7 @@ __all__ = [
     "DaemonDied",
     "BinaryNotFound",
     "ClientClosed",
+    "ClientForked",
     "FramingError",
     "Interrupted",
 ]
