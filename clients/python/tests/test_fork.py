@@ -1,10 +1,12 @@
 """Clients where agent services really run them: in processes forked after the client started
-(multiprocessing's fork pool, gunicorn --preload). Each test hangs or fails on a client that
-shares the parent's pipes with its children.
+(multiprocessing's fork pool, gunicorn --preload), and across event loops (an AsyncClient started
+under one asyncio.run and used under another). Each test hangs or fails on a client that shares
+the parent's pipes with its children, or whose daemon dies with its first event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import operator
@@ -386,3 +388,194 @@ def test_gunicorn_preload_workers_serve_saves(ckptd_bin: str, tmp_path: Path) ->
     with ckptd.Client(db=db, binary=ckptd_bin) as c:
         names = {w["workflowId"] for w in c.workflows()}
     assert names == {"master", "probe"} | {"req-%d" % j for j in range(i)}
+
+
+# ---------------------------------------------------------------------------------------------
+# AsyncClient across event loops
+
+
+@pytest.mark.timeout(120)
+def test_async_client_follows_asyncio_run(ckptd_bin: str, db_path: str) -> None:
+    client = ckptd.AsyncClient(db=db_path, binary=ckptd_bin, args=["--keep-last", "0"], request_timeout=30)
+
+    async def first() -> int:
+        await client.start()
+        for i in range(20):
+            await client.save("wf", {"i": i}, step=i)
+
+        async def stuck_step() -> None:
+            async with client.workflow("wf-step") as wf:
+                async with wf.step("wait", 0):
+                    await asyncio.sleep(3600)
+
+        # still running when asyncio.run ends: cancelled, and its step saves `interrupted`
+        # before the daemon stops
+        asyncio.get_running_loop().create_task(stuck_step())
+        await asyncio.sleep(0.2)
+        assert client.pid is not None
+        return client.pid
+
+    pid1 = asyncio.run(first())
+    assert client.returncode == 0  # the first daemon ended with its loop, cleanly
+    assert _wait_gone(pid1)
+
+    async def second() -> None:
+        # a new daemon, in this loop, same database; the first calls come from 10 tasks at once
+        cps = await asyncio.gather(*(client.load(workflow_id="wf") for _ in range(10)))
+        assert all(cp.state == {"i": 19} and cp["seq"] == 20 for cp in cps)
+        assert client.pid is not None and client.pid != pid1
+        assert (await client.load(workflow_id="wf-step"))["phase"] == "interrupted"
+        assert (await client.save("wf", {"i": 20}))["seq"] == 21
+
+    asyncio.run(second())
+    assert client.returncode == 0
+
+    async def third() -> None:
+        assert (await client.load(workflow_id="wf")).state == {"i": 20}
+        await client.close()
+
+    asyncio.run(third())
+    assert client.returncode == 0 and client.closed
+
+
+@pytest.mark.timeout(120)
+def test_async_client_moves_to_a_second_loop_of_the_same_thread(ckptd_bin: str, db_path: str) -> None:
+    client = ckptd.AsyncClient(db=db_path, binary=ckptd_bin, request_timeout=20)
+    loop1 = asyncio.new_event_loop()
+    loop2 = asyncio.new_event_loop()
+    loop3 = asyncio.new_event_loop()
+    try:
+        loop1.run_until_complete(client.start())
+        loop1.run_until_complete(client.save("wf", {"n": 1}))
+        pid = client.pid
+
+        async def use(n: int) -> Any:
+            cp = await client.load(workflow_id="wf")
+            await client.save("wf", {"n": n})
+            return cp.state
+
+        assert loop2.run_until_complete(use(2)) == {"n": 1}  # loop1 open, not running: moved
+        assert loop1.run_until_complete(use(3)) == {"n": 2}  # and back
+        loop1.close()  # closed without shutdown_asyncgens: the daemon lives on
+        assert loop3.run_until_complete(use(4)) == {"n": 3}
+        assert client.pid == pid and client.returncode is None
+        loop3.run_until_complete(client.close())
+        assert client.returncode == 0
+    finally:
+        for lp in (loop1, loop2, loop3):
+            lp.close()
+
+
+@pytest.mark.timeout(120)
+def test_async_client_from_a_loop_while_its_loop_runs_in_another_thread(ckptd_bin: str, db_path: str) -> None:
+    client = ckptd.AsyncClient(db=db_path, binary=ckptd_bin, request_timeout=20)
+    home = asyncio.new_event_loop()
+    t = threading.Thread(target=home.run_forever, daemon=True)
+    t.start()
+    try:
+        asyncio.run_coroutine_threadsafe(client.start(), home).result(30)
+        asyncio.run_coroutine_threadsafe(client.save("wf", {"n": 1}), home).result(30)
+
+        async def elsewhere() -> None:
+            with pytest.raises(ckptd.WrongEventLoop) as ei:
+                await client.load(workflow_id="wf")
+            assert repr(home) in str(ei.value) and repr(asyncio.get_running_loop()) in str(ei.value)
+            await client.close()  # closing is allowed: it runs in the client's loop
+
+        asyncio.run(elsewhere())
+        assert client.returncode == 0
+    finally:
+        home.call_soon_threadsafe(home.stop)
+        t.join(10)
+        home.close()
+
+
+def _child_uses_async_client(conn: Any) -> None:
+    client: ckptd.AsyncClient = _shared["aclient"]
+
+    async def use() -> Any:
+        await client.save("child", {"pid": os.getpid()})
+        cp = await client.load(workflow_id="child")
+        pid = client.pid
+        await client.close()
+        return cp.state, pid, client.returncode
+
+    try:
+        conn.send(("ok", asyncio.run(use())))
+    except BaseException as e:
+        conn.send(("error", repr(e)))
+    conn.close()
+
+
+@pytest.mark.timeout(60)
+def test_async_client_in_a_forked_child(ckptd_bin: str, db_path: str) -> None:
+    client = ckptd.AsyncClient(db=db_path, binary=ckptd_bin, request_timeout=20)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(client.start())
+        loop.run_until_complete(client.save("parent", {"n": 1}))
+        parent_daemon = client.pid
+        _shared["aclient"] = client
+        here, there = FORK.Pipe()
+        p = FORK.Process(target=_child_uses_async_client, args=(there,))
+        p.start()
+        kind, value = here.recv() if here.poll(40) else ("timeout", None)
+        p.join(30)
+        assert kind == "ok", value
+        state, child_daemon, code = value
+        assert state == {"pid": p.pid} and child_daemon != parent_daemon and code == 0
+        # the parent's client still works on its own daemon
+        assert loop.run_until_complete(client.load(workflow_id="child")).state == {"pid": p.pid}
+        assert client.pid == parent_daemon
+        loop.run_until_complete(client.close())
+        assert client.returncode == 0
+    finally:
+        _shared.clear()
+        loop.close()
+
+
+class _NoPipeWatchLoop(asyncio.SelectorEventLoop):
+    """A loop like Windows' proactor loop: it cannot watch pipes."""
+
+    def add_reader(self, *args: Any) -> None:  # type: ignore[override]
+        raise NotImplementedError
+
+    def add_writer(self, *args: Any) -> None:  # type: ignore[override]
+        raise NotImplementedError
+
+
+def _run_and_shut_down(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
+    """What asyncio.run does with a loop: run, cancel leftovers, shutdown_asyncgens, close."""
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+@pytest.mark.timeout(120)
+def test_async_client_on_a_loop_that_cannot_watch_pipes(ckptd_bin: str, db_path: str) -> None:
+    client = ckptd.AsyncClient(db=db_path, binary=ckptd_bin, request_timeout=20)
+
+    async def first() -> int:
+        await client.start()
+        big = os.urandom(3 << 20)  # more than a pipe holds: written while the daemon reads
+        results = await asyncio.gather(*(client.save("wf-%d" % i, {"i": i}) for i in range(50)),
+                                       client.save("big", big))
+        assert [r["seq"] for r in results] == [1] * 51
+        assert (await client.load(workflow_id="big")).state == big
+        assert client.pid is not None
+        return client.pid
+
+    pid1 = _run_and_shut_down(_NoPipeWatchLoop(), first())
+    assert client.returncode == 0 and _wait_gone(pid1)
+
+    async def second() -> None:
+        assert (await client.load(workflow_id="wf-7")).state == {"i": 7}
+        assert client.pid != pid1
+        client.kill()  # the reader thread reports the death to the loop
+        with pytest.raises(ckptd.DaemonDied, match="SIGKILL"):
+            await client.load(workflow_id="wf-7")
+        await client.close()
+
+    _run_and_shut_down(_NoPipeWatchLoop(), second())

@@ -28,6 +28,7 @@ from .errors import (
     ShuttingDown,
     StorageUnavailable,
     TooLarge,
+    WrongEventLoop,
 )
 from .workflow import Step, Workflow
 
@@ -60,6 +61,7 @@ __all__ = [
     "BinaryNotFound",
     "ClientClosed",
     "ClientForked",
+    "WrongEventLoop",
     "FramingError",
     "Interrupted",
 ]

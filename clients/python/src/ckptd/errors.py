@@ -27,6 +27,7 @@ __all__ = [
     "BinaryNotFound",
     "ClientClosed",
     "ClientForked",
+    "WrongEventLoop",
     "FramingError",
     "Interrupted",
     "error_from_response",
@@ -179,6 +180,26 @@ class ClientForked(CkptdError):
 
     def __reduce__(self) -> Any:
         return (ClientForked, (self.parent_pid, self.child_pid))
+
+
+class WrongEventLoop(CkptdError):
+    """An :class:`~ckptd.AsyncClient` attached to an event loop that is running in another thread
+    was used from a different loop. ``loop`` is the loop it is attached to (as text), ``used_from``
+    the loop of the call. Use one AsyncClient per loop (or the thread-safe :class:`ckptd.Client`)."""
+
+    def __init__(self, loop: str, used_from: str) -> None:
+        super().__init__(
+            None,
+            "this ckptd AsyncClient is attached to event loop %s, which is running in another thread, and "
+            "was called from event loop %s: an AsyncClient serves one running loop at a time; create one "
+            "per loop (or share a thread-safe ckptd.Client)" % (loop, used_from),
+            {"loop": loop, "usedFrom": used_from},
+        )
+        self.loop = loop
+        self.used_from = used_from
+
+    def __reduce__(self) -> Any:
+        return (WrongEventLoop, (self.loop, self.used_from))
 
 
 class FramingError(CkptdError):
