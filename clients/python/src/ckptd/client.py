@@ -346,6 +346,8 @@ class Client:
 
     def _after_fork_in_child(self) -> None:
         proc, waker, wake_r, parent = self._proc, self._waker, self._wake_r, self._owner_pid
+        if proc is None and isinstance(self._failure, ClientForked):  # forked again before use
+            parent = self._failure.parent_pid
         closed = self._closed
         self._reset()
         self._closed = closed
