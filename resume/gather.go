@@ -11,7 +11,7 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// Source is what Gather reads; *store.Store implements it.
+// Source is what Gather reads; every store.Backend implements it.
 type Source interface {
 	Load(ctx context.Context, checkpointID string) (store.Checkpoint, error)
 	LoadLatest(ctx context.Context, workflowID, namespace string) (store.LoadResult, error)

@@ -27,6 +27,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -146,11 +147,11 @@ type lastKey struct{ workflowID, root string }
 // lastManifest is the newest manifest seen of a tree, and the newest encoding saved of it.
 type lastManifest struct {
 	m    *drift.Manifest
-	enc  *store.EncodedManifest
+	enc  *drift.EncodedManifest
 	used uint64
 }
 
-func (d *driftState) lastFor(k lastKey) (*drift.Manifest, *store.EncodedManifest) {
+func (d *driftState) lastFor(k lastKey) (*drift.Manifest, *drift.EncodedManifest) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	l := d.last[k]
@@ -163,7 +164,7 @@ func (d *driftState) lastFor(k lastKey) (*drift.Manifest, *store.EncodedManifest
 }
 
 // remember records m (and its encoding, if enc is not nil) as the newest manifest of k.
-func (d *driftState) remember(k lastKey, m *drift.Manifest, enc *store.EncodedManifest) {
+func (d *driftState) remember(k lastKey, m *drift.Manifest, enc *drift.EncodedManifest) {
 	if m == nil {
 		return
 	}
@@ -275,7 +276,7 @@ func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.Sav
 	prev, prevEnc := s.drift.lastFor(key)
 	if prev == nil {
 		var err error
-		if prev, err = s.store.LatestWorkflowManifest(ctx, req.WorkflowID, spec.Root); err != nil {
+		if prev, err = s.manifests.Latest(ctx, req.WorkflowID, spec.Root); err != nil {
 			s.log.Warn("cannot read the previous source manifest; scanning from scratch", "workflowId", req.WorkflowID, "error", err)
 			prev = nil
 		}
@@ -298,12 +299,12 @@ func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.Sav
 		}
 		return nil, perr
 	}
-	enc, err := store.EncodeManifest(m, prevEnc)
+	enc, err := drift.EncodeManifest(m, prevEnc)
 	if err != nil {
 		return nil, rpcError(CodeInternal, "internal error: "+err.Error(), nil)
 	}
 	s.drift.remember(key, m, enc)
-	req.Manifest = enc
+	req.Manifest = engine.ManifestRecord(enc)
 	return &SourcesInfo{Root: spec.Root, Files: enc.Files(), ElapsedMs: ms(time.Since(t0)), Warnings: m.Warnings}, nil
 }
 
@@ -374,7 +375,7 @@ func (s *Server) driftTarget(ctx context.Context, p DriftTargetParams) (store.Ma
 		return ref, nil, invalidParams(field, "no sources recorded for "+what+
 			": save it with sources, or set them with workflow/configure")
 	}
-	base, err := s.store.Manifest(ctx, ref)
+	base, err := s.manifests.Load(ctx, ref)
 	if err != nil {
 		var ce *store.CorruptError
 		if errors.As(err, &ce) {
@@ -404,7 +405,7 @@ func (s *Server) driftStatus(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 // checkpointDrift answers drift/status for a checkpoint: from an active watch on it if there is
 // one, else by drift.Check against its manifest.
 func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (DriftStatus, error) {
-	if w := s.watchOn(ref.Rowid); w != nil {
+	if w := s.watchOn(ref.Key); w != nil {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rep, err := w.w.Status(wctx)
 		cancel()
@@ -517,7 +518,7 @@ func (s *Server) planDrift(ctx context.Context, checkpointID string) (*DriftStat
 	if err != nil || !ref.HasManifest {
 		return nil, ""
 	}
-	base, err := s.store.Manifest(ctx, ref)
+	base, err := s.manifests.Load(ctx, ref)
 	if err != nil {
 		return nil, "could not read the sources recorded with checkpoint " + checkpointID + ": " + err.Error()
 	}
@@ -641,7 +642,7 @@ func (s *Server) watchOn(rowid int64) *driftWatch {
 	s.drift.mu.Lock()
 	defer s.drift.mu.Unlock()
 	for _, w := range s.drift.watches {
-		if w.ref.Rowid == rowid {
+		if w.ref.Key == rowid {
 			return w
 		}
 	}

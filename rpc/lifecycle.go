@@ -36,7 +36,7 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		ServerName:      "ckptd",
 		ServerVersion:   s.opts.Version,
 		ProtocolVersion: ProtocolVersion,
-		DBPath:          s.store.Path(),
+		DBPath:          s.store.About().Location,
 		Capabilities: Capabilities{
 			Attachments:   true,
 			StateTypes:    []string{"json", "bytes"},
@@ -73,9 +73,9 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	pragmas, err := s.store.Pragmas(ctx)
+	health, err := s.store.Health(ctx)
 	if err != nil { // diagnostics only: stats still answers
-		s.log.Warn("stats: cannot read pragmas", "error", err)
+		s.log.Warn("stats: cannot read the backend's health figures", "error", err)
 	}
 	return reply{result: StatsResult{
 		UptimeSeconds: time.Since(s.started).Seconds(),
@@ -84,12 +84,12 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		DB: DBStats{
 			Path:              db.Path,
 			SizeBytes:         db.SizeBytes,
-			WALBytes:          db.WALBytes,
+			WALBytes:          health.Figure("walBytes"),
 			Workflows:         db.Workflows,
 			Checkpoints:       db.Checkpoints,
 			States:            db.States,
 			StatesStoredBytes: db.StatesStoredBytes,
-			Pragmas:           pragmas,
+			Pragmas:           health.SettingsMap(),
 			Compaction:        CompactionStats(s.store.CompactionStats()),
 			BlobCache:         BlobCacheStats(s.store.BlobCacheStats()),
 		},

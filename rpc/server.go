@@ -17,6 +17,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/framing"
 	"github.com/ckptd/ckptd/store"
 )
@@ -32,7 +33,7 @@ type Options struct {
 
 // Server serves one client connection over a byte stream (stdin/stdout).
 type Server struct {
-	store   *store.Store
+	store   store.Backend
 	opts    Options
 	log     *slog.Logger
 	codec   *Codec
@@ -49,7 +50,8 @@ type Server struct {
 	inflight     sync.WaitGroup
 	shutdownDone chan struct{}
 
-	drift driftState // manifest caches and drift watches (rpc/drift.go)
+	drift     driftState        // manifest caches and drift watches (rpc/drift.go)
+	manifests *engine.Manifests // decoded source manifests recorded with checkpoints
 
 	workers workers // goroutines that run handlers (rpc/workers.go)
 }
@@ -93,7 +95,7 @@ type rawField struct {
 }
 
 // New makes a Server for st.
-func New(st *store.Store, opts Options) *Server {
+func New(st store.Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -102,6 +104,7 @@ func New(st *store.Store, opts Options) *Server {
 	}
 	s := &Server{
 		store:        st,
+		manifests:    engine.NewManifests(st),
 		opts:         opts,
 		log:          opts.Logger,
 		started:      time.Now(),

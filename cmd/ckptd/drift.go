@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
@@ -48,7 +49,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		var ref store.ManifestRef
 		var err error
 		if *checkpoint != "" {
@@ -91,8 +92,8 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 }
 
 // checkpointDrift checks ref's recorded sources against the disk (what drift/status answers).
-func checkpointDrift(ctx context.Context, st *store.Store, ref store.ManifestRef, log *slog.Logger) (rpc.DriftStatus, error) {
-	base, err := st.Manifest(ctx, ref)
+func checkpointDrift(ctx context.Context, st store.Backend, ref store.ManifestRef, log *slog.Logger) (rpc.DriftStatus, error) {
+	base, err := engine.NewManifests(st).Load(ctx, ref)
 	if err != nil {
 		return rpc.DriftStatus{}, err
 	}
@@ -105,7 +106,7 @@ func checkpointDrift(ctx context.Context, st *store.Store, ref store.ManifestRef
 
 // planDrift is resume/plan's drift check for ckptd plan: nil and "" when the checkpoint has no
 // sources recorded, else its status and the problem message if it drifted.
-func planDrift(ctx context.Context, st *store.Store, checkpointID string, log *slog.Logger) (*rpc.DriftStatus, string) {
+func planDrift(ctx context.Context, st store.Backend, checkpointID string, log *slog.Logger) (*rpc.DriftStatus, string) {
 	ref, err := st.CheckpointManifestRef(ctx, checkpointID)
 	if err != nil || !ref.HasManifest {
 		return nil, ""
