@@ -50,7 +50,7 @@ func (r Retention) Validate() error {
 	return nil
 }
 
-// PruneRetention is the policy an explicit prune applies to a workflow whose own (or the
+// Retention is the policy an explicit prune applies to a workflow whose own (or the
 // default) retention is own: the request's keepLast and olderThan when it gives either, with
 // own's keepFirst; else own.
 func (req PruneRequest) Retention(own Retention) Retention {
@@ -71,7 +71,7 @@ func (req PruneRequest) Validate() error {
 	return nil
 }
 
-// DecodeRetention reads a stored retention (JSON, as MarshalRetention wrote it).
+// DecodeRetention reads a stored retention (the JSON of a Retention).
 func DecodeRetention(js []byte) (Retention, error) {
 	var r Retention
 	err := json.Unmarshal(js, &r)

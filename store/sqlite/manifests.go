@@ -1,6 +1,6 @@
 package sqlite
 
-// Source manifests recorded with checkpoints (store/manifests.go): opaque records, stored as a
+// Source manifests recorded with checkpoints (store.ManifestRecord): opaque records, stored as a
 // row per checkpoint (drift_manifests: the record's header, root and file count, plus the ids of
 // its chunks) over two shared tables:
 //
