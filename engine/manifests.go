@@ -92,12 +92,10 @@ func ImportManifests(cps iter.Seq2[Sourced, error]) iter.Seq2[store.Checkpoint, 
 	}
 }
 
-// Manifests reads the manifests recorded with checkpoints through a store and decodes them,
-// keeping the last few decoded (checkpoint keys are never reused and manifests never change, so
-// they cannot go stale). Safe for concurrent use. The manifests it returns are shared: do not
-// modify them.
-type Manifests struct {
-	st    store.Manifests
+// manifestCache keeps the last few stored manifests decoded, by checkpoint key (keys are never
+// reused and manifests never change, so entries cannot go stale). Safe for concurrent use. The
+// manifests it returns are shared: do not modify them.
+type manifestCache struct {
 	mu    sync.Mutex
 	order []int64 // most recently used last
 	byKey map[int64]*drift.Manifest
@@ -105,18 +103,13 @@ type Manifests struct {
 
 const manifestCacheSize = 4
 
-// NewManifests reads through st.
-func NewManifests(st store.Manifests) *Manifests {
-	return &Manifests{st: st, byKey: map[int64]*drift.Manifest{}}
-}
-
-// Load returns the manifest recorded with ref's checkpoint: store.ErrNotFound if none, a
+// load returns the manifest recorded with ref's checkpoint: store.ErrNotFound if none, a
 // *store.CorruptError if it is damaged.
-func (c *Manifests) Load(ctx context.Context, ref store.ManifestRef) (*drift.Manifest, error) {
+func (c *manifestCache) load(ctx context.Context, st store.Manifests, ref store.ManifestRef) (*drift.Manifest, error) {
 	if m := c.get(ref.Key); m != nil {
 		return m, nil
 	}
-	rec, err := c.st.Manifest(ctx, ref)
+	rec, err := st.Manifest(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -128,24 +121,24 @@ func (c *Manifests) Load(ctx context.Context, ref store.ManifestRef) (*drift.Man
 	return m, nil
 }
 
-// Latest returns the manifest of workflowID's most recent checkpoint (any namespace) recorded
+// latest returns the manifest of workflowID's most recent checkpoint (any namespace) recorded
 // for root, or nil: the base of an incremental fingerprint.
-func (c *Manifests) Latest(ctx context.Context, workflowID, root string) (*drift.Manifest, error) {
-	ref, err := c.st.LatestSourcesRef(ctx, workflowID, root)
+func (c *manifestCache) latest(ctx context.Context, st store.Manifests, workflowID, root string) (*drift.Manifest, error) {
+	ref, err := st.LatestSourcesRef(ctx, workflowID, root)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	m, err := c.Load(ctx, ref)
+	m, err := c.load(ctx, st, ref)
 	if errors.Is(err, store.ErrNotFound) { // deleted meanwhile
 		return nil, nil
 	}
 	return m, err
 }
 
-func (c *Manifests) get(key int64) *drift.Manifest {
+func (c *manifestCache) get(key int64) *drift.Manifest {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.byKey[key]
@@ -157,11 +150,14 @@ func (c *Manifests) get(key int64) *drift.Manifest {
 	return m
 }
 
-func (c *Manifests) put(key int64, m *drift.Manifest) {
+func (c *manifestCache) put(key int64, m *drift.Manifest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.byKey[key]; ok {
 		return
+	}
+	if c.byKey == nil {
+		c.byKey = map[int64]*drift.Manifest{}
 	}
 	c.byKey[key] = m
 	c.order = append(c.order, key)

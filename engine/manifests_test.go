@@ -13,16 +13,7 @@ import (
 
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/store"
-	"github.com/ckptd/ckptd/store/sqlite"
 )
-
-func openStore(t *testing.T) store.Backend {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "ckptd.db")})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	return st
-}
 
 // srcTree writes n small files under a new directory.
 func srcTree(t *testing.T, n int) string {
@@ -51,7 +42,7 @@ func marshal(t *testing.T, m *drift.Manifest) []byte {
 }
 
 // TestManifestsThroughTheStore: a manifest saved in storage form loads back as the same
-// manifest; decoded manifests are cached by checkpoint; Latest finds the base of the next scan.
+// manifest; decoded manifests are cached by checkpoint; latest finds the base of the next scan.
 func TestManifestsThroughTheStore(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
@@ -64,30 +55,29 @@ func TestManifestsThroughTheStore(t *testing.T) {
 	_, err = st.Save(ctx, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c-2"})
 	require.NoError(t, err)
 
-	ms := NewManifests(st)
+	var ms manifestCache
 	ref, err := st.CheckpointManifestRef(ctx, "c-1")
 	require.NoError(t, err)
-	got, err := ms.Load(ctx, ref)
+	got, err := ms.load(ctx, st, ref)
 	require.NoError(t, err)
 	assert.Equal(t, marshal(t, m1), marshal(t, got))
-	again, err := ms.Load(ctx, ref)
+	again, err := ms.load(ctx, st, ref)
 	require.NoError(t, err)
 	assert.Same(t, got, again, "served from the cache")
-	assert.NotSame(t, got, func() *drift.Manifest {
-		m, err := NewManifests(st).Load(ctx, ref)
-		require.NoError(t, err)
-		return m
-	}(), "another cache decodes its own")
+	other, err := New(st, nil).Manifest(ctx, ref)
+	require.NoError(t, err)
+	assert.NotSame(t, got, other, "another engine decodes its own")
+	assert.Equal(t, marshal(t, m1), marshal(t, other))
 
-	latest, err := ms.Latest(ctx, "wf", root)
+	latest, err := ms.latest(ctx, st, "wf", root)
 	require.NoError(t, err)
 	assert.Same(t, got, latest, "past c-2, which has no manifest")
-	none, err := ms.Latest(ctx, "wf", "/elsewhere")
+	none, err := ms.latest(ctx, st, "wf", "/elsewhere")
 	require.NoError(t, err)
 	assert.Nil(t, none)
 	ref2, err := st.CheckpointManifestRef(ctx, "c-2")
 	require.NoError(t, err)
-	_, err = ms.Load(ctx, ref2)
+	_, err = ms.load(ctx, st, ref2)
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// an edit: encoded against the previous encoding, it loads as the new tree
@@ -97,7 +87,7 @@ func TestManifestsThroughTheStore(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Save(ctx, store.SaveRequest{WorkflowID: "wf", Namespace: "sub", CheckpointID: "c-3", Manifest: ManifestRecord(e3)})
 	require.NoError(t, err)
-	latest, err = ms.Latest(ctx, "wf", root)
+	latest, err = ms.latest(ctx, st, "wf", root)
 	require.NoError(t, err)
 	assert.Equal(t, marshal(t, m3), marshal(t, latest))
 
@@ -108,10 +98,10 @@ func TestManifestsThroughTheStore(t *testing.T) {
 		require.NoError(t, err)
 		r, err := st.CheckpointManifestRef(ctx, id)
 		require.NoError(t, err)
-		_, err = ms.Load(ctx, r)
+		_, err = ms.load(ctx, st, r)
 		require.NoError(t, err)
 	}
-	evicted, err := ms.Load(ctx, ref)
+	evicted, err := ms.load(ctx, st, ref)
 	require.NoError(t, err)
 	assert.NotSame(t, got, evicted)
 	assert.Equal(t, marshal(t, m1), marshal(t, evicted))

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -21,13 +23,6 @@ const (
 	maxListLimit         = 10000
 	defaultListLimit     = 100
 )
-
-func timestamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
-}
 
 func requireID(field, v string, max int) *jsonrpc2.Error {
 	switch {
@@ -66,7 +61,7 @@ func optionalJSON(field string, raw json.RawMessage, want byte) (json.RawMessage
 
 // saveRequest validates checkpoint/save params and the frame's attachment.
 func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
-	var p SaveParams
+	var p protocol.SaveParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return store.SaveRequest{}, err
 	}
@@ -175,7 +170,7 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 		req.StateType = store.StateNone
 	}
 	if int64(len(req.State)) > s.opts.MaxStateBytes {
-		return req, rpcError(CodeTooLarge, fmt.Sprintf("state too large: %d bytes, limit %d (--max-state-size)", len(req.State), s.opts.MaxStateBytes),
+		return req, rpcError(protocol.CodeTooLarge, fmt.Sprintf("state too large: %d bytes, limit %d (--max-state-size)", len(req.State), s.opts.MaxStateBytes),
 			map[string]int64{"limit": s.opts.MaxStateBytes, "size": int64(len(req.State))})
 	}
 	return req, nil
@@ -192,22 +187,21 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
-	// Fingerprint the sources (if any) before queueing: the next mutation waits, so saves of a
-	// workflow keep their order and each one's incremental scan builds on the previous one.
-	sourcesInfo, perr := s.fingerprintForSave(ctx, c, &req)
+	// The sources (if any) are fingerprinted before the save is queued: the next mutation
+	// waits, so saves of a workflow keep their order and each one's incremental scan builds on
+	// the previous one. Once queued in order, the next mutation may go ahead (c.release).
+	sources, perr := saveSources(c.sources)
 	if perr != nil {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
-	pending := s.store.Enqueue(req)
-	c.release() // queued in order: the next mutation may go ahead
-	res, err := pending.Wait(ctx)
+	res, sourcesInfo, err := s.engine.Save(ctx, req, sources, c.release)
 	if err != nil {
 		s.metrics.failures.Add(1)
 		if errors.Is(err, store.ErrConflict) {
-			return reply{}, rpcError(CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
+			return reply{}, rpcError(protocol.CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
 		}
-		return reply{}, storeError(err)
+		return reply{}, engineError(err)
 	}
 	s.metrics.saves.Add(1)
 	s.metrics.bytesIn.Add(int64(len(req.State)))
@@ -215,58 +209,22 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.dedup.Add(1)
 	}
 	s.metrics.save.observe(time.Since(start))
-	if res.Existing {
-		sourcesInfo = nil // an idempotent repeat: the first save's fingerprint stands
-	}
 	if !res.Existing {
-		s.notify(NotifySaved, SavedEvent{
+		s.notify(protocol.NotifySaved, protocol.SavedEvent{
 			CheckpointID: res.CheckpointID, WorkflowID: req.WorkflowID, Namespace: req.Namespace,
 			Seq: res.Seq, Phase: string(req.Phase), Step: req.Step,
 		})
 	}
-	return reply{result: SaveResult{
+	return reply{result: protocol.SaveResult{
 		CheckpointID: res.CheckpointID,
 		Seq:          res.Seq,
-		CreatedAt:    timestamp(res.CreatedAt),
+		CreatedAt:    engine.Timestamp(res.CreatedAt),
 		SizeBytes:    res.SizeBytes,
 		StoredBytes:  res.StoredBytes,
 		SHA256:       res.SHA256,
 		Deduplicated: res.Deduplicated,
 		Sources:      sourcesInfo,
 	}}, nil
-}
-
-// SummaryOf renders a store summary in the protocol's shape (also used by the CLI's --json).
-func SummaryOf(sm store.Summary) Summary {
-	out := Summary{
-		CheckpointID:       sm.CheckpointID,
-		WorkflowID:         sm.WorkflowID,
-		Namespace:          sm.Namespace,
-		Seq:                sm.Seq,
-		Phase:              string(sm.Phase),
-		Step:               sm.Step,
-		StepName:           sm.StepName,
-		WorkflowHash:       sm.WorkflowHash,
-		Metadata:           sm.Metadata,
-		CreatedAt:          timestamp(sm.CreatedAt),
-		StateType:          string(sm.StateType),
-		SizeBytes:          sm.SizeBytes,
-		StoredBytes:        sm.StoredBytes,
-		SHA256:             sm.SHA256,
-		CompletedTaskCount: sm.CompletedTaskCount,
-		PendingTaskCount:   sm.PendingTaskCount,
-	}
-	if sm.ParentID != "" {
-		p := sm.ParentID
-		out.ParentID = &p
-	}
-	if sm.Error != nil {
-		out.Error = &StepError{Message: sm.Error.Message, Retryable: sm.Error.Retryable}
-	}
-	if len(out.Metadata) == 0 {
-		out.Metadata = json.RawMessage("{}")
-	}
-	return out
 }
 
 // stateReply puts a state into a reply: as the frame attachment, inline JSON, or base64.
@@ -297,41 +255,15 @@ func orEmptyArray(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-func pendingWrites(ws []store.Write) []PendingWrite {
-	out := make([]PendingWrite, 0, len(ws))
-	for _, w := range ws {
-		pw := PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
-		if w.IsBytes {
-			enc := base64.StdEncoding.EncodeToString(w.Value)
-			pw.ValueBase64 = &enc
-		} else {
-			pw.Value = w.Value
-			if len(pw.Value) == 0 {
-				pw.Value = json.RawMessage("null")
-			}
-		}
-		out = append(out, pw)
-	}
-	return out
-}
-
 func (s *Server) reportCorrupt(workflowID string, ce *store.CorruptError) {
 	s.metrics.integrity.Add(1)
 	s.log.Error("corrupt checkpoint", "workflow", workflowID, "checkpoint", ce.CheckpointID, "reason", ce.Reason)
-	s.notify(NotifyCorrupted, CorruptedEvent{CheckpointID: ce.CheckpointID, WorkflowID: workflowID, Reason: ce.Reason})
-}
-
-func recovered(rs []store.Recovery) []Recovered {
-	var out []Recovered
-	for _, r := range rs {
-		out = append(out, Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason})
-	}
-	return out
+	s.notify(protocol.NotifyCorrupted, protocol.CorruptedEvent{CheckpointID: ce.CheckpointID, WorkflowID: workflowID, Reason: ce.Reason})
 }
 
 func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	start := time.Now()
-	var p LoadParams
+	var p protocol.LoadParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -368,12 +300,12 @@ func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.reportCorrupt(lr.WorkflowID, &store.CorruptError{CheckpointID: r.CheckpointID, Reason: r.Reason})
 	}
 	var r reply
-	res := LoadResult{
-		Summary:        SummaryOf(lr.Summary),
+	res := protocol.LoadResult{
+		Summary:        engine.SummaryOf(lr.Summary),
 		CompletedTasks: orEmptyArray(lr.CompletedTasks),
 		PendingTasks:   orEmptyArray(lr.PendingTasks),
-		PendingWrites:  pendingWrites(lr.PendingWrites),
-		RecoveredFrom:  recovered(lr.RecoveredFrom),
+		PendingWrites:  engine.PendingWritesOf(lr.PendingWrites),
+		RecoveredFrom:  engine.RecoveredOf(lr.RecoveredFrom),
 	}
 	res.StateBase64, res.StateAttachment = stateReply(&r, lr.StateType, lr.State, p.Attachment)
 	r.result = res
@@ -384,7 +316,7 @@ func (s *Server) load(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 }
 
 func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ListParams
+	var p protocol.ListParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -402,15 +334,15 @@ func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	out := ListResult{Checkpoints: make([]Summary, 0, len(sums))}
+	out := protocol.ListResult{Checkpoints: make([]protocol.Summary, 0, len(sums))}
 	for _, sm := range sums {
-		out.Checkpoints = append(out.Checkpoints, SummaryOf(sm))
+		out.Checkpoints = append(out.Checkpoints, engine.SummaryOf(sm))
 	}
 	return reply{result: out}, nil
 }
 
 func (s *Server) delete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p DeleteParams
+	var p protocol.DeleteParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -431,11 +363,11 @@ func (s *Server) delete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: DeleteResult{Deleted: n}}, nil
+	return reply{result: protocol.DeleteResult{Deleted: n}}, nil
 }
 
 func (s *Server) prune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p PruneParams
+	var p protocol.PruneParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -459,5 +391,5 @@ func (s *Server) prune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: PruneResult{Deleted: res.Deleted, FreedBytes: res.FreedBytes, DryRun: p.DryRun}}, nil
+	return reply{result: protocol.PruneResult{Deleted: res.Deleted, FreedBytes: res.FreedBytes, DryRun: p.DryRun}}, nil
 }

@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -35,7 +35,7 @@ func TestParseSources(t *testing.T) {
 	} {
 		_, perr := parseSources("sources", json.RawMessage(tc.raw))
 		require.NotNil(t, perr, tc.raw)
-		assert.Equal(t, int64(CodeInvalidParams), perr.Code, tc.raw)
+		assert.Equal(t, int64(protocol.CodeInvalidParams), perr.Code, tc.raw)
 		var data struct{ Field, Reason string }
 		require.NoError(t, json.Unmarshal(*perr.Data, &data))
 		assert.Equal(t, tc.field, data.Field, tc.raw)
@@ -68,57 +68,20 @@ func TestParseSources(t *testing.T) {
 	assert.JSONEq(t, `{"root": "`+dir+`", "gitignore": true}`, string(b))
 }
 
-func TestDriftProblem(t *testing.T) {
-	st := DriftStatus{CheckpointID: "c-1", Root: "/src"}
-	assert.Empty(t, DriftProblem(st))
-	st.Drifted = true
-	for _, p := range []string{"a", "b", "c", "d"} {
-		st.Changed = append(st.Changed, DriftFileChange{Path: p})
-	}
-	st.Added = []DriftFileChange{{Path: "e"}, {Path: "f"}}
-	st.Deleted = []DriftFileChange{{Path: "g"}}
-	msg := DriftProblem(st)
-	assert.Equal(t, "sources under /src changed since checkpoint c-1 was saved: 4 changed, 2 added, 1 deleted: "+
-		"a (changed), b (changed), c (changed), d (changed), e (added) and 2 more", msg)
-}
-
-func TestNewDriftStatus(t *testing.T) {
-	base := &drift.Manifest{Entries: []drift.Entry{
-		{Path: "a", Type: drift.TypeFile, Size: 1, Mode: 0o644, Hash: drift.Digest{1}},
-		{Path: "l", Type: drift.TypeSymlink, Mode: 0o777, Target: "x"},
-	}}
-	cur := &drift.Manifest{Entries: []drift.Entry{
-		{Path: "a", Type: drift.TypeFile, Size: 2, Mode: 0o755, Hash: drift.Digest{2}},
-		{Path: "n", Type: drift.TypeFile, Size: 3, Mode: 0o600, Hash: drift.Digest{3}},
-	}}
-	st := NewDriftStatus(store.ManifestRef{CheckpointID: "c", WorkflowID: "w", Namespace: "ns"}, "/r", drift.Diff(base, cur))
-	assert.True(t, st.Drifted)
-	assert.Equal(t, []DriftFileChange{{Path: "a", OldSize: 1, NewSize: 2, OldHash: "01", NewHash: "02", OldType: "file", NewType: "file", OldMode: "0644", NewMode: "0755"}}, st.Changed)
-	assert.Equal(t, []DriftFileChange{{Path: "n", NewSize: 3, NewHash: "03", NewType: "file", NewMode: "0600"}}, st.Added)
-	assert.Equal(t, []DriftFileChange{{Path: "l", OldType: "symlink", OldMode: "0777"}}, st.Deleted)
-	assert.Equal(t, 2, st.FilesChecked)
-	b, err := json.Marshal(st)
-	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(string(b), `{"checkpointId":"c","workflowId":"w","namespace":"ns","root":"/r","drifted":true,`), string(b))
-	empty, err := json.Marshal(NewDriftStatus(store.ManifestRef{}, "/r", drift.Diff(base, base)))
-	require.NoError(t, err)
-	assert.Contains(t, string(empty), `"changed":[],"added":[],"deleted":[]`)
-}
-
 // TestDriftWatchQueue: the initial clean batch is not forwarded, batches queue without
 // blocking the watcher, and a client that does not read gets one collapsed rescan.
 func TestDriftWatchQueue(t *testing.T) {
 	dw := &driftWatch{id: "w-1", ref: store.ManifestRef{CheckpointID: "c"}, first: true, wake: make(chan struct{}, 1)}
-	dw.emit(drift.Batch{Rescan: true, Reason: "initial scan"})
+	dw.Batch(drift.Batch{Rescan: true, Reason: "initial scan"})
 	assert.Empty(t, dw.queue)
-	dw.emit(drift.Batch{Changes: []drift.Change{{Path: "a", Kind: drift.KindChanged}}, Drifted: true})
+	dw.Batch(drift.Batch{Changes: []drift.Change{{Path: "a", Kind: drift.KindChanged}}, Drifted: true})
 	require.Len(t, dw.queue, 1)
-	assert.Equal(t, DriftChangedEvent{WatchID: "w-1", CheckpointID: "c", Changes: []drift.Change{{Path: "a", Kind: drift.KindChanged}}, Drifted: true}, dw.queue[0])
+	assert.Equal(t, protocol.DriftChangedEvent{WatchID: "w-1", CheckpointID: "c", Changes: []drift.Change{{Path: "a", Kind: drift.KindChanged}}, Drifted: true}, dw.queue[0])
 	for range maxQueuedBatches + 10 {
-		dw.emit(drift.Batch{Changes: []drift.Change{{Path: "b", Kind: drift.KindAdded}}, Drifted: true})
+		dw.Batch(drift.Batch{Changes: []drift.Change{{Path: "b", Kind: drift.KindAdded}}, Drifted: true})
 	}
 	assert.LessOrEqual(t, len(dw.queue), maxQueuedBatches)
-	var collapsed *DriftChangedEvent
+	var collapsed *protocol.DriftChangedEvent
 	for i := range dw.queue {
 		if dw.queue[i].Rescan {
 			collapsed = &dw.queue[i]
@@ -130,7 +93,7 @@ func TestDriftWatchQueue(t *testing.T) {
 
 	// a first batch that already shows drift is forwarded
 	dw2 := &driftWatch{id: "w-2", first: true, wake: make(chan struct{}, 1)}
-	dw2.emit(drift.Batch{Rescan: true, Reason: "initial scan", Drifted: true, Changes: []drift.Change{{Path: "x", Kind: drift.KindDeleted}}})
+	dw2.Batch(drift.Batch{Rescan: true, Reason: "initial scan", Drifted: true, Changes: []drift.Change{{Path: "x", Kind: drift.KindDeleted}}})
 	require.Len(t, dw2.queue, 1)
 	assert.True(t, dw2.queue[0].Rescan)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -28,7 +29,7 @@ func invalidParams(field, reason string) *jsonrpc2.Error {
 	if field != "" {
 		msg = "invalid params: " + field + ": " + reason
 	}
-	return rpcError(CodeInvalidParams, msg, map[string]string{"field": field, "reason": reason})
+	return rpcError(protocol.CodeInvalidParams, msg, map[string]string{"field": field, "reason": reason})
 }
 
 // decodeParams decodes a params object into v. Absent or null params decode as {}.
@@ -65,7 +66,7 @@ func goTypeName(t string) string {
 		return "boolean"
 	case strings.HasPrefix(t, "[]"):
 		return "array"
-	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "rpc."):
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "rpc."), strings.HasPrefix(t, "protocol."):
 		return "object"
 	}
 	return t
@@ -75,7 +76,7 @@ func goTypeName(t string) string {
 // naming what was looked for (e.g. {"checkpointId": "c-1"}).
 func storeErrorWith(err error, key, value string) *jsonrpc2.Error {
 	e := storeError(err)
-	if e != nil && (e.Code == CodeNotFound || e.Code == CodeConflict) && e.Data == nil {
+	if e != nil && (e.Code == protocol.CodeNotFound || e.Code == protocol.CodeConflict) && e.Data == nil {
 		e.SetError(map[string]string{key: value})
 	}
 	return e
@@ -94,13 +95,13 @@ func storeError(err error) *jsonrpc2.Error {
 	if errors.As(err, &ce) {
 		data := map[string]any{"checkpointId": ce.CheckpointID, "reason": ce.Reason}
 		if len(ce.AlsoCorrupt) > 0 {
-			also := make([]Recovered, len(ce.AlsoCorrupt))
+			also := make([]protocol.Recovered, len(ce.AlsoCorrupt))
 			for i, r := range ce.AlsoCorrupt {
-				also[i] = Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason}
+				also[i] = protocol.Recovered{CheckpointID: r.CheckpointID, Reason: r.Reason}
 			}
 			data["alsoCorrupt"] = also
 		}
-		return rpcError(CodeCorrupt, err.Error(), data)
+		return rpcError(protocol.CodeCorrupt, err.Error(), data)
 	}
 	var ie *store.InvalidError
 	if errors.As(err, &ie) {
@@ -108,19 +109,19 @@ func storeError(err error) *jsonrpc2.Error {
 	}
 	var tl *store.TooLargeError
 	if errors.As(err, &tl) {
-		return rpcError(CodeTooLarge, err.Error(), map[string]int64{"limit": tl.Limit, "size": tl.Size})
+		return rpcError(protocol.CodeTooLarge, err.Error(), map[string]int64{"limit": tl.Limit, "size": tl.Size})
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return rpcError(CodeNotFound, err.Error(), nil)
+		return rpcError(protocol.CodeNotFound, err.Error(), nil)
 	case errors.Is(err, store.ErrConflict):
-		return rpcError(CodeConflict, err.Error(), nil)
+		return rpcError(protocol.CodeConflict, err.Error(), nil)
 	case errors.Is(err, store.ErrTooLarge):
-		return rpcError(CodeTooLarge, err.Error(), nil)
+		return rpcError(protocol.CodeTooLarge, err.Error(), nil)
 	case errors.Is(err, store.ErrClosed):
-		return rpcError(CodeShuttingDown, "shutting down: "+err.Error(), nil)
+		return rpcError(protocol.CodeShuttingDown, "shutting down: "+err.Error(), nil)
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return rpcError(CodeUnavailable, err.Error(), map[string]string{"reason": err.Error()})
+		return rpcError(protocol.CodeUnavailable, err.Error(), map[string]string{"reason": err.Error()})
 	}
-	return rpcError(CodeInternal, "internal error: "+err.Error(), nil)
+	return rpcError(protocol.CodeInternal, "internal error: "+err.Error(), nil)
 }

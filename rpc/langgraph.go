@@ -13,215 +13,31 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
-)
-
-// Method names of the LangGraph family (binding).
-const (
-	MethodLGPut            = "lg/put"
-	MethodLGPutWrites      = "lg/putWrites"
-	MethodLGGet            = "lg/get"
-	MethodLGList           = "lg/list"
-	MethodLGChannelHistory = "lg/channelHistory"
-	MethodLGDeleteForRuns  = "lg/deleteForRuns"
-	MethodThreadDelete     = "thread/delete"
-	MethodThreadCopy       = "thread/copy"
-	MethodThreadPrune      = "thread/prune"
 )
 
 // langGraphMethods are registered in New's method table.
 func (s *Server) langGraphMethods() map[string]method {
 	return map[string]method{
-		MethodLGPut:            {kindMutation, s.lgPut},
-		MethodLGPutWrites:      {kindMutation, s.lgPutWrites},
-		MethodLGGet:            {kindRead, s.lgGet},
-		MethodLGList:           {kindRead, s.lgList},
-		MethodLGChannelHistory: {kindRead, s.lgChannelHistory},
-		MethodLGDeleteForRuns:  {kindMutation, s.lgDeleteForRuns},
-		MethodThreadDelete:     {kindMutation, s.threadDelete},
-		MethodThreadCopy:       {kindMutation, s.threadCopy},
-		MethodThreadPrune:      {kindMutation, s.threadPrune},
+		protocol.MethodLGPut:            {kindMutation, s.lgPut},
+		protocol.MethodLGPutWrites:      {kindMutation, s.lgPutWrites},
+		protocol.MethodLGGet:            {kindRead, s.lgGet},
+		protocol.MethodLGList:           {kindRead, s.lgList},
+		protocol.MethodLGChannelHistory: {kindRead, s.lgChannelHistory},
+		protocol.MethodLGDeleteForRuns:  {kindMutation, s.lgDeleteForRuns},
+		protocol.MethodThreadDelete:     {kindMutation, s.threadDelete},
+		protocol.MethodThreadCopy:       {kindMutation, s.threadCopy},
+		protocol.MethodThreadPrune:      {kindMutation, s.threadPrune},
 	}
-}
-
-// ---------------------------------------------------------------------------------------------
-// Wire types
-
-// LGSegmentIn is a typed byte string of a request: a segment of its attachment.
-type LGSegmentIn struct {
-	Type   string `json:"type"`
-	Offset *int64 `json:"offset"`
-	Length *int64 `json:"length"`
-}
-
-// LGBlobIn is one channel value of lg/put.
-type LGBlobIn struct {
-	Channel string          `json:"channel"`
-	Version json.RawMessage `json:"version"`
-	LGSegmentIn
-}
-
-// LGPutParams are lg/put's params.
-type LGPutParams struct {
-	ThreadID        string          `json:"threadId"`
-	Namespace       string          `json:"namespace"`
-	CheckpointID    string          `json:"checkpointId"`
-	ParentID        string          `json:"parentId"`
-	Checkpoint      *LGSegmentIn    `json:"checkpoint"`
-	ChannelVersions json.RawMessage `json:"channelVersions"`
-	Metadata        json.RawMessage `json:"metadata"`
-	Blobs           []LGBlobIn      `json:"blobs"`
-}
-
-// LGPutResult answers lg/put.
-type LGPutResult struct {
-	ThreadID     string `json:"threadId"`
-	Namespace    string `json:"namespace"`
-	CheckpointID string `json:"checkpointId"`
-	BlobsStored  int    `json:"blobsStored"`
-}
-
-// LGWriteIn is one write of lg/putWrites.
-type LGWriteIn struct {
-	Channel string `json:"channel"`
-	Idx     *int64 `json:"idx"`
-	LGSegmentIn
-}
-
-// LGPutWritesParams are lg/putWrites' params.
-type LGPutWritesParams struct {
-	ThreadID     string      `json:"threadId"`
-	Namespace    string      `json:"namespace"`
-	CheckpointID string      `json:"checkpointId"`
-	TaskID       string      `json:"taskId"`
-	TaskPath     string      `json:"taskPath"`
-	Writes       []LGWriteIn `json:"writes"`
-}
-
-// LGSegment is a typed segment of a response attachment.
-type LGSegment struct {
-	Type   string `json:"type"`
-	Offset int    `json:"offset"`
-	Length int    `json:"length"`
-}
-
-// LGBlobOut is one channel value of a tuple.
-type LGBlobOut struct {
-	Channel string          `json:"channel"`
-	Version json.RawMessage `json:"version"`
-	LGSegment
-}
-
-// LGWriteOut is one pending write of a tuple or a channel history.
-type LGWriteOut struct {
-	TaskID   string `json:"taskId"`
-	TaskPath string `json:"taskPath"`
-	Idx      int64  `json:"idx"`
-	Channel  string `json:"channel"`
-	LGSegment
-}
-
-// LGTuple is the wire form of a LangGraph CheckpointTuple.
-type LGTuple struct {
-	ThreadID        string          `json:"threadId"`
-	Namespace       string          `json:"namespace"`
-	CheckpointID    string          `json:"checkpointId"`
-	ParentID        *string         `json:"parentId"`
-	CreatedAt       string          `json:"createdAt"`
-	Checkpoint      LGSegment       `json:"checkpoint"`
-	ChannelVersions json.RawMessage `json:"channelVersions"`
-	Metadata        json.RawMessage `json:"metadata"`
-	Blobs           []LGBlobOut     `json:"blobs"`
-	Writes          []LGWriteOut    `json:"writes"`
-}
-
-// LGGetParams are lg/get's params.
-type LGGetParams struct {
-	ThreadID     string `json:"threadId"`
-	Namespace    string `json:"namespace"`
-	CheckpointID string `json:"checkpointId"`
-}
-
-// LGGetResult answers lg/get.
-type LGGetResult struct {
-	Tuple *LGTuple `json:"tuple"`
-}
-
-// LGListParams are lg/list's params.
-type LGListParams struct {
-	ThreadID     string                     `json:"threadId"`
-	Namespace    *string                    `json:"namespace"`
-	CheckpointID string                     `json:"checkpointId"`
-	Before       string                     `json:"before"`
-	Metadata     map[string]json.RawMessage `json:"metadata"`
-	Limit        *int                       `json:"limit"`
-	Cursor       string                     `json:"cursor"`
-}
-
-// LGListResult answers lg/list.
-type LGListResult struct {
-	Tuples []LGTuple `json:"tuples"`
-	Cursor string    `json:"cursor,omitempty"`
-}
-
-// LGChannelHistoryParams are lg/channelHistory's params.
-type LGChannelHistoryParams struct {
-	ThreadID     string   `json:"threadId"`
-	Namespace    string   `json:"namespace"`
-	CheckpointID string   `json:"checkpointId"`
-	Channels     []string `json:"channels"`
-}
-
-// LGSeed is the seed value of a channel history.
-type LGSeed struct {
-	Version json.RawMessage `json:"version"`
-	LGSegment
-}
-
-// LGChannelHistory is one channel of lg/channelHistory.
-type LGChannelHistory struct {
-	Writes []LGWriteOut `json:"writes"`
-	Seed   *LGSeed      `json:"seed,omitempty"`
-}
-
-// LGChannelHistoryResult answers lg/channelHistory.
-type LGChannelHistoryResult struct {
-	Channels map[string]LGChannelHistory `json:"channels"`
-	Visited  []string                    `json:"visited"`
-}
-
-// LGDeleteForRunsParams are lg/deleteForRuns' params.
-type LGDeleteForRunsParams struct {
-	RunIDs []string `json:"runIds"`
-}
-
-// ThreadDeleteParams are thread/delete's params.
-type ThreadDeleteParams struct {
-	ThreadID string `json:"threadId"`
-}
-
-// ThreadCopyParams are thread/copy's params.
-type ThreadCopyParams struct {
-	SourceThreadID string `json:"sourceThreadId"`
-	TargetThreadID string `json:"targetThreadId"`
-}
-
-// ThreadCopyResult answers thread/copy.
-type ThreadCopyResult struct {
-	Copied int `json:"copied"`
-}
-
-// ThreadPruneParams are thread/prune's params.
-type ThreadPruneParams struct {
-	ThreadIDs []string `json:"threadIds"`
-	Strategy  string   `json:"strategy"`
 }
 
 // ---------------------------------------------------------------------------------------------
 // Segments
 
 // segment returns the bytes a request segment names.
-func segment(field string, seg LGSegmentIn, c *call) ([]byte, *jsonrpc2.Error) {
+func segment(field string, seg protocol.LGSegmentIn, c *call) ([]byte, *jsonrpc2.Error) {
 	if seg.Type == "" {
 		return nil, invalidParams(field+".type", "required")
 	}
@@ -253,10 +69,10 @@ func segment(field string, seg LGSegmentIn, c *call) ([]byte, *jsonrpc2.Error) {
 // packer builds a response attachment, storing each distinct byte string once.
 type packer struct {
 	buf  []byte
-	seen map[string]LGSegment // blob key -> segment
+	seen map[string]protocol.LGSegment // blob key -> segment
 }
 
-func newPacker() *packer { return &packer{seen: map[string]LGSegment{}} }
+func newPacker() *packer { return &packer{seen: map[string]protocol.LGSegment{}} }
 
 // reserve sizes the attachment for ts up front (an upper bound: shared blobs counted each time).
 func (p *packer) reserve(ts ...store.LGTuple) {
@@ -276,13 +92,13 @@ func (p *packer) reserve(ts ...store.LGTuple) {
 	p.buf = make([]byte, 0, n)
 }
 
-func (p *packer) add(typ string, b []byte) LGSegment {
-	seg := LGSegment{Type: typ, Offset: len(p.buf), Length: len(b)}
+func (p *packer) add(typ string, b []byte) protocol.LGSegment {
+	seg := protocol.LGSegment{Type: typ, Offset: len(p.buf), Length: len(b)}
 	p.buf = append(p.buf, b...)
 	return seg
 }
 
-func (p *packer) blob(thread, ns string, b store.LGBlob) LGSegment {
+func (p *packer) blob(thread, ns string, b store.LGBlob) protocol.LGSegment {
 	key := thread + "\x00" + ns + "\x00" + b.Channel + "\x00" + b.Version
 	if seg, ok := p.seen[key]; ok {
 		return seg
@@ -292,21 +108,21 @@ func (p *packer) blob(thread, ns string, b store.LGBlob) LGSegment {
 	return seg
 }
 
-func (p *packer) write(w store.LGWrite) LGWriteOut {
-	return LGWriteOut{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, LGSegment: p.add(w.Type, w.Data)}
+func (p *packer) write(w store.LGWrite) protocol.LGWriteOut {
+	return protocol.LGWriteOut{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, LGSegment: p.add(w.Type, w.Data)}
 }
 
-func (p *packer) tuple(t store.LGTuple) LGTuple {
-	out := LGTuple{
+func (p *packer) tuple(t store.LGTuple) protocol.LGTuple {
+	out := protocol.LGTuple{
 		ThreadID:        t.ThreadID,
 		Namespace:       t.Namespace,
 		CheckpointID:    t.CheckpointID,
-		CreatedAt:       timestamp(t.CreatedAt),
+		CreatedAt:       engine.Timestamp(t.CreatedAt),
 		Checkpoint:      p.add(t.Type, t.Checkpoint),
 		ChannelVersions: t.ChannelVersions,
 		Metadata:        t.Metadata,
-		Blobs:           make([]LGBlobOut, 0, len(t.Blobs)),
-		Writes:          make([]LGWriteOut, 0, len(t.Writes)),
+		Blobs:           make([]protocol.LGBlobOut, 0, len(t.Blobs)),
+		Writes:          make([]protocol.LGWriteOut, 0, len(t.Writes)),
 	}
 	if t.ParentID != "" {
 		pid := t.ParentID
@@ -316,7 +132,7 @@ func (p *packer) tuple(t store.LGTuple) LGTuple {
 		out.Metadata = json.RawMessage("{}")
 	}
 	for _, b := range t.Blobs {
-		out.Blobs = append(out.Blobs, LGBlobOut{Channel: b.Channel, Version: json.RawMessage(b.Version), LGSegment: p.blob(t.ThreadID, t.Namespace, b)})
+		out.Blobs = append(out.Blobs, protocol.LGBlobOut{Channel: b.Channel, Version: json.RawMessage(b.Version), LGSegment: p.blob(t.ThreadID, t.Namespace, b)})
 	}
 	for _, w := range t.Writes {
 		out.Writes = append(out.Writes, p.write(w))
@@ -340,7 +156,7 @@ func requireThread(field, v string) *jsonrpc2.Error {
 // Handlers
 
 func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p LGPutParams
+	var p protocol.LGPutParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -390,11 +206,11 @@ func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		return reply{}, storeError(err)
 	}
 	s.metrics.bytesIn.Add(int64(len(c.attachment)))
-	return reply{result: LGPutResult{ThreadID: p.ThreadID, Namespace: p.Namespace, CheckpointID: p.CheckpointID, BlobsStored: *n}}, nil
+	return reply{result: protocol.LGPutResult{ThreadID: p.ThreadID, Namespace: p.Namespace, CheckpointID: p.CheckpointID, BlobsStored: *n}}, nil
 }
 
 func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p LGPutWritesParams
+	var p protocol.LGPutWritesParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -431,7 +247,7 @@ func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 	if err := pending.Wait(ctx); err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: WritesPutResult{Stored: *n}}, nil
+	return reply{result: protocol.WritesPutResult{Stored: *n}}, nil
 }
 
 func (s *Server) lgReadError(err error, thread string) *jsonrpc2.Error {
@@ -444,7 +260,7 @@ func (s *Server) lgReadError(err error, thread string) *jsonrpc2.Error {
 }
 
 func (s *Server) lgGet(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p LGGetParams
+	var p protocol.LGGetParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -457,7 +273,7 @@ func (s *Server) lgGet(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	s.metrics.loads.Add(1)
 	pk := newPacker()
-	var res LGGetResult
+	var res protocol.LGGetResult
 	if t != nil {
 		pk.reserve(*t)
 		tu := pk.tuple(*t)
@@ -468,7 +284,7 @@ func (s *Server) lgGet(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 }
 
 func (s *Server) lgList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p LGListParams
+	var p protocol.LGListParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -486,7 +302,7 @@ func (s *Server) lgList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	pk := newPacker()
 	pk.reserve(res.Tuples...)
-	out := LGListResult{Tuples: make([]LGTuple, 0, len(res.Tuples)), Cursor: res.Cursor}
+	out := protocol.LGListResult{Tuples: make([]protocol.LGTuple, 0, len(res.Tuples)), Cursor: res.Cursor}
 	for _, t := range res.Tuples {
 		out.Tuples = append(out.Tuples, pk.tuple(t))
 	}
@@ -495,7 +311,7 @@ func (s *Server) lgList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 }
 
 func (s *Server) lgChannelHistory(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p LGChannelHistoryParams
+	var p protocol.LGChannelHistoryParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -510,18 +326,18 @@ func (s *Server) lgChannelHistory(ctx context.Context, c *call) (reply, *jsonrpc
 		return reply{}, s.lgReadError(err, p.ThreadID)
 	}
 	pk := newPacker()
-	out := LGChannelHistoryResult{Channels: map[string]LGChannelHistory{}, Visited: res.Visited}
+	out := protocol.LGChannelHistoryResult{Channels: map[string]protocol.LGChannelHistory{}, Visited: res.Visited}
 	for _, ch := range p.Channels {
 		h := res.Channels[ch]
 		if h == nil {
 			continue
 		}
-		o := LGChannelHistory{Writes: make([]LGWriteOut, 0, len(h.Writes))}
+		o := protocol.LGChannelHistory{Writes: make([]protocol.LGWriteOut, 0, len(h.Writes))}
 		for _, w := range h.Writes {
 			o.Writes = append(o.Writes, pk.write(w))
 		}
 		if h.Seed != nil {
-			o.Seed = &LGSeed{Version: json.RawMessage(h.Seed.Version), LGSegment: pk.blob(p.ThreadID, p.Namespace, *h.Seed)}
+			o.Seed = &protocol.LGSeed{Version: json.RawMessage(h.Seed.Version), LGSegment: pk.blob(p.ThreadID, p.Namespace, *h.Seed)}
 		}
 		out.Channels[ch] = o
 	}
@@ -529,7 +345,7 @@ func (s *Server) lgChannelHistory(ctx context.Context, c *call) (reply, *jsonrpc
 }
 
 func (s *Server) lgDeleteForRuns(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p LGDeleteForRunsParams
+	var p protocol.LGDeleteForRunsParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -540,11 +356,11 @@ func (s *Server) lgDeleteForRuns(ctx context.Context, c *call) (reply, *jsonrpc2
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: DeleteResult{Deleted: n}}, nil
+	return reply{result: protocol.DeleteResult{Deleted: n}}, nil
 }
 
 func (s *Server) threadDelete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ThreadDeleteParams
+	var p protocol.ThreadDeleteParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -555,11 +371,11 @@ func (s *Server) threadDelete(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: DeleteResult{Deleted: n}}, nil
+	return reply{result: protocol.DeleteResult{Deleted: n}}, nil
 }
 
 func (s *Server) threadCopy(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ThreadCopyParams
+	var p protocol.ThreadCopyParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -573,11 +389,11 @@ func (s *Server) threadCopy(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: ThreadCopyResult{Copied: n}}, nil
+	return reply{result: protocol.ThreadCopyResult{Copied: n}}, nil
 }
 
 func (s *Server) threadPrune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ThreadPruneParams
+	var p protocol.ThreadPruneParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -595,5 +411,5 @@ func (s *Server) threadPrune(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: DeleteResult{Deleted: n}}, nil
+	return reply{result: protocol.DeleteResult{Deleted: n}}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/framing"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 	"github.com/ckptd/ckptd/store/sqlite"
 )
@@ -100,7 +101,7 @@ func (c *lgConn) fail(method string, params any, att []byte, code int, field str
 	}
 }
 
-func seg(att []byte, s LGSegment) string { return string(att[s.Offset : s.Offset+s.Length]) }
+func seg(att []byte, s protocol.LGSegment) string { return string(att[s.Offset : s.Offset+s.Length]) }
 
 func TestLGProtocolRoundTrip(t *testing.T) {
 	c := newLGConn(t)
@@ -117,9 +118,9 @@ func TestLGProtocolRoundTrip(t *testing.T) {
 			{"channel": "e", "version": 1, "type": "empty", "offset": 0, "length": 0},
 		},
 	}
-	var pr LGPutResult
-	c.ok(MethodLGPut, put1, att, &pr)
-	require.Equal(t, LGPutResult{ThreadID: "t-1", CheckpointID: "1f0-a", BlobsStored: 3}, pr)
+	var pr protocol.LGPutResult
+	c.ok(protocol.MethodLGPut, put1, att, &pr)
+	require.Equal(t, protocol.LGPutResult{ThreadID: "t-1", CheckpointID: "1f0-a", BlobsStored: 3}, pr)
 
 	// checkpoint 2 changes only step; no attachment needed for an all-empty put
 	put2 := map[string]any{
@@ -129,15 +130,15 @@ func TestLGProtocolRoundTrip(t *testing.T) {
 		"metadata":        map[string]any{"source": "loop", "step": 0, "run_id": "r1"},
 		"blobs":           []map[string]any{{"channel": "step", "version": 2, "type": "json", "offset": 5, "length": 1}},
 	}
-	c.ok(MethodLGPut, put2, []byte("CKPT27"), nil)
-	var wr WritesPutResult
-	c.ok(MethodLGPutWrites, map[string]any{"threadId": "t-1", "checkpointId": "1f0-b", "taskId": "task", "taskPath": "~pull, n",
+	c.ok(protocol.MethodLGPut, put2, []byte("CKPT27"), nil)
+	var wr protocol.WritesPutResult
+	c.ok(protocol.MethodLGPutWrites, map[string]any{"threadId": "t-1", "checkpointId": "1f0-b", "taskId": "task", "taskPath": "~pull, n",
 		"writes": []map[string]any{{"channel": "messages", "type": "json", "offset": 0, "length": 4},
 			{"channel": "__interrupt__", "idx": -3, "type": "json", "offset": 4, "length": 2}}}, []byte(`"hi"{}`), &wr)
 	require.Equal(t, 2, wr.Stored)
 
-	var gr LGGetResult
-	ga := c.ok(MethodLGGet, map[string]any{"threadId": "t-1"}, nil, &gr)
+	var gr protocol.LGGetResult
+	ga := c.ok(protocol.MethodLGGet, map[string]any{"threadId": "t-1"}, nil, &gr)
 	require.NotNil(t, gr.Tuple)
 	tu := gr.Tuple
 	require.Equal(t, "1f0-b", tu.CheckpointID)
@@ -156,38 +157,38 @@ func TestLGProtocolRoundTrip(t *testing.T) {
 	require.Equal(t, `"hi"`, seg(ga, tu.Writes[1].LGSegment))
 
 	// a missing checkpoint is a null tuple, not an error
-	r := c.call(MethodLGGet, map[string]any{"threadId": "t-1", "checkpointId": "nope"}, nil)
+	r := c.call(protocol.MethodLGGet, map[string]any{"threadId": "t-1", "checkpointId": "nope"}, nil)
 	require.Nil(t, r.Error)
 	require.JSONEq(t, `{"tuple":null}`, string(r.Result))
 
 	// list: the shared messages blob is sent once
-	var lr LGListResult
-	la := c.ok(MethodLGList, map[string]any{"threadId": "t-1", "namespace": ""}, nil, &lr)
+	var lr protocol.LGListResult
+	la := c.ok(protocol.MethodLGList, map[string]any{"threadId": "t-1", "namespace": ""}, nil, &lr)
 	require.Len(t, lr.Tuples, 2)
 	require.Equal(t, lr.Tuples[0].Blobs[0].Offset, lr.Tuples[1].Blobs[0].Offset)
 	require.Equal(t, strings.Count(string(la), "big-value"), 1)
-	c.ok(MethodLGList, map[string]any{"metadata": map[string]any{"source": "input"}}, nil, &lr)
+	c.ok(protocol.MethodLGList, map[string]any{"metadata": map[string]any{"source": "input"}}, nil, &lr)
 	require.Len(t, lr.Tuples, 1)
-	c.ok(MethodLGList, map[string]any{"before": "1f0-b", "limit": 5}, nil, &lr)
+	c.ok(protocol.MethodLGList, map[string]any{"before": "1f0-b", "limit": 5}, nil, &lr)
 	require.Len(t, lr.Tuples, 1)
 	require.Equal(t, "1f0-a", lr.Tuples[0].CheckpointID)
 
 	// retention (--keep-last 2) never touches LangGraph checkpoints
 	for i := 0; i < 3; i++ {
-		c.ok(MethodLGPut, map[string]any{"threadId": "t-1", "checkpointId": "1f1-" + string(rune('a'+i)),
+		c.ok(protocol.MethodLGPut, map[string]any{"threadId": "t-1", "checkpointId": "1f1-" + string(rune('a'+i)),
 			"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2}, "channelVersions": map[string]any{}}, []byte("{}"), nil)
 	}
-	c.ok(MethodLGList, map[string]any{"threadId": "t-1"}, nil, &lr)
+	c.ok(protocol.MethodLGList, map[string]any{"threadId": "t-1"}, nil, &lr)
 	require.Len(t, lr.Tuples, 5)
 
 	// channel history
-	var hr LGChannelHistoryResult
-	ha := c.ok(MethodLGChannelHistory, map[string]any{"threadId": "t-1", "checkpointId": "1f1-a", "channels": []string{"messages", "x"}}, nil, &hr)
+	var hr protocol.LGChannelHistoryResult
+	ha := c.ok(protocol.MethodLGChannelHistory, map[string]any{"threadId": "t-1", "checkpointId": "1f1-a", "channels": []string{"messages", "x"}}, nil, &hr)
 	require.Empty(t, hr.Channels["messages"].Writes) // 1f1-a has no parent
-	c.ok(MethodLGPut, map[string]any{"threadId": "t-1", "checkpointId": "1f2", "parentId": "1f0-b",
+	c.ok(protocol.MethodLGPut, map[string]any{"threadId": "t-1", "checkpointId": "1f2", "parentId": "1f0-b",
 		"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2}, "channelVersions": map[string]any{"messages": "0002.1"},
 		"blobs": []map[string]any{{"channel": "messages", "version": "0002.1", "type": "empty", "length": 0}}}, []byte("{}"), nil)
-	ha = c.ok(MethodLGChannelHistory, map[string]any{"threadId": "t-1", "checkpointId": "1f2", "channels": []string{"messages"}}, nil, &hr)
+	ha = c.ok(protocol.MethodLGChannelHistory, map[string]any{"threadId": "t-1", "checkpointId": "1f2", "channels": []string{"messages"}}, nil, &hr)
 	h := hr.Channels["messages"]
 	require.Len(t, h.Writes, 1)
 	require.Equal(t, `"hi"`, seg(ha, h.Writes[0].LGSegment))
@@ -196,19 +197,19 @@ func TestLGProtocolRoundTrip(t *testing.T) {
 	require.Equal(t, []string{"1f0-b"}, hr.Visited)
 
 	// copy, delete for runs, prune, delete
-	var cr ThreadCopyResult
-	c.ok(MethodThreadCopy, map[string]any{"sourceThreadId": "t-1", "targetThreadId": "t-2"}, nil, &cr)
+	var cr protocol.ThreadCopyResult
+	c.ok(protocol.MethodThreadCopy, map[string]any{"sourceThreadId": "t-1", "targetThreadId": "t-2"}, nil, &cr)
 	require.Equal(t, 6, cr.Copied)
-	var dr DeleteResult
-	c.ok(MethodLGDeleteForRuns, map[string]any{"runIds": []string{"r1"}}, nil, &dr)
+	var dr protocol.DeleteResult
+	c.ok(protocol.MethodLGDeleteForRuns, map[string]any{"runIds": []string{"r1"}}, nil, &dr)
 	require.Equal(t, 4, dr.Deleted) // 1f0-a, 1f0-b in both threads
-	c.ok(MethodThreadPrune, map[string]any{"threadIds": []string{"t-1"}}, nil, &dr)
+	c.ok(protocol.MethodThreadPrune, map[string]any{"threadIds": []string{"t-1"}}, nil, &dr)
 	require.Equal(t, 3, dr.Deleted)
-	c.ok(MethodLGList, map[string]any{"threadId": "t-1"}, nil, &lr)
+	c.ok(protocol.MethodLGList, map[string]any{"threadId": "t-1"}, nil, &lr)
 	require.Equal(t, "1f2", lr.Tuples[0].CheckpointID)
-	c.ok(MethodThreadDelete, map[string]any{"threadId": "t-2"}, nil, &dr)
+	c.ok(protocol.MethodThreadDelete, map[string]any{"threadId": "t-2"}, nil, &dr)
 	require.Equal(t, 4, dr.Deleted)
-	c.ok(MethodLGList, map[string]any{"threadId": "t-2"}, nil, &lr)
+	c.ok(protocol.MethodLGList, map[string]any{"threadId": "t-2"}, nil, &lr)
 	require.Empty(t, lr.Tuples)
 }
 
@@ -228,31 +229,31 @@ func TestLGProtocolErrors(t *testing.T) {
 		return p
 	}
 	att := []byte("{}")
-	c.fail(MethodLGPut, with("threadId", nil), att, CodeInvalidParams, "threadId")
-	c.fail(MethodLGPut, with("checkpointId", nil), att, CodeInvalidParams, "checkpointId")
-	c.fail(MethodLGPut, with("checkpoint", nil), att, CodeInvalidParams, "checkpoint")
-	c.fail(MethodLGPut, with("checkpoint", map[string]any{"offset": 0, "length": 2}), att, CodeInvalidParams, "checkpoint.type")
-	c.fail(MethodLGPut, with("checkpoint", map[string]any{"type": "json", "offset": 1, "length": 2}), att, CodeInvalidParams, "checkpoint.length")
-	c.fail(MethodLGPut, with("checkpoint", map[string]any{"type": "json", "offset": -1, "length": 1}), att, CodeInvalidParams, "checkpoint.offset")
-	c.fail(MethodLGPut, good(), nil, CodeInvalidParams, "checkpoint.length")
-	c.fail(MethodLGPut, with("channelVersions", nil), att, CodeInvalidParams, "channelVersions")
-	c.fail(MethodLGPut, with("channelVersions", map[string]any{"a": true}), att, CodeInvalidParams, "channelVersions")
-	c.fail(MethodLGPut, with("metadata", []int{1}), att, CodeInvalidParams, "metadata")
-	c.fail(MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": []int{1}, "type": "json", "length": 0}}), att, CodeInvalidParams, "blobs[0].version")
-	c.fail(MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": 1, "type": "json", "offset": 1, "length": 5}}), att, CodeInvalidParams, "blobs[0].length")
-	c.fail(MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": 1, "type": "empty", "offset": 0, "length": 1}}), att, CodeInvalidParams, "blobs[0].length")
-	c.fail(MethodLGPutWrites, map[string]any{"threadId": "t", "checkpointId": "c", "taskId": "k"}, nil, CodeInvalidParams, "writes")
-	c.fail(MethodLGPutWrites, map[string]any{"threadId": "t", "checkpointId": "c", "writes": []any{}}, nil, CodeInvalidParams, "taskId")
-	c.fail(MethodLGList, map[string]any{"limit": 0}, nil, CodeInvalidParams, "limit")
-	c.fail(MethodLGList, map[string]any{"cursor": "%%%"}, nil, CodeInvalidParams, "cursor")
-	c.fail(MethodLGChannelHistory, map[string]any{"threadId": "t"}, nil, CodeInvalidParams, "channels")
-	c.fail(MethodThreadCopy, map[string]any{"sourceThreadId": "t", "targetThreadId": "t"}, nil, CodeInvalidParams, "targetThreadId")
-	c.fail(MethodThreadPrune, map[string]any{"threadIds": []string{"t"}, "strategy": "all"}, nil, CodeInvalidParams, "strategy")
-	c.fail(MethodLGDeleteForRuns, map[string]any{}, nil, CodeInvalidParams, "runIds")
+	c.fail(protocol.MethodLGPut, with("threadId", nil), att, protocol.CodeInvalidParams, "threadId")
+	c.fail(protocol.MethodLGPut, with("checkpointId", nil), att, protocol.CodeInvalidParams, "checkpointId")
+	c.fail(protocol.MethodLGPut, with("checkpoint", nil), att, protocol.CodeInvalidParams, "checkpoint")
+	c.fail(protocol.MethodLGPut, with("checkpoint", map[string]any{"offset": 0, "length": 2}), att, protocol.CodeInvalidParams, "checkpoint.type")
+	c.fail(protocol.MethodLGPut, with("checkpoint", map[string]any{"type": "json", "offset": 1, "length": 2}), att, protocol.CodeInvalidParams, "checkpoint.length")
+	c.fail(protocol.MethodLGPut, with("checkpoint", map[string]any{"type": "json", "offset": -1, "length": 1}), att, protocol.CodeInvalidParams, "checkpoint.offset")
+	c.fail(protocol.MethodLGPut, good(), nil, protocol.CodeInvalidParams, "checkpoint.length")
+	c.fail(protocol.MethodLGPut, with("channelVersions", nil), att, protocol.CodeInvalidParams, "channelVersions")
+	c.fail(protocol.MethodLGPut, with("channelVersions", map[string]any{"a": true}), att, protocol.CodeInvalidParams, "channelVersions")
+	c.fail(protocol.MethodLGPut, with("metadata", []int{1}), att, protocol.CodeInvalidParams, "metadata")
+	c.fail(protocol.MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": []int{1}, "type": "json", "length": 0}}), att, protocol.CodeInvalidParams, "blobs[0].version")
+	c.fail(protocol.MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": 1, "type": "json", "offset": 1, "length": 5}}), att, protocol.CodeInvalidParams, "blobs[0].length")
+	c.fail(protocol.MethodLGPut, with("blobs", []map[string]any{{"channel": "a", "version": 1, "type": "empty", "offset": 0, "length": 1}}), att, protocol.CodeInvalidParams, "blobs[0].length")
+	c.fail(protocol.MethodLGPutWrites, map[string]any{"threadId": "t", "checkpointId": "c", "taskId": "k"}, nil, protocol.CodeInvalidParams, "writes")
+	c.fail(protocol.MethodLGPutWrites, map[string]any{"threadId": "t", "checkpointId": "c", "writes": []any{}}, nil, protocol.CodeInvalidParams, "taskId")
+	c.fail(protocol.MethodLGList, map[string]any{"limit": 0}, nil, protocol.CodeInvalidParams, "limit")
+	c.fail(protocol.MethodLGList, map[string]any{"cursor": "%%%"}, nil, protocol.CodeInvalidParams, "cursor")
+	c.fail(protocol.MethodLGChannelHistory, map[string]any{"threadId": "t"}, nil, protocol.CodeInvalidParams, "channels")
+	c.fail(protocol.MethodThreadCopy, map[string]any{"sourceThreadId": "t", "targetThreadId": "t"}, nil, protocol.CodeInvalidParams, "targetThreadId")
+	c.fail(protocol.MethodThreadPrune, map[string]any{"threadIds": []string{"t"}, "strategy": "all"}, nil, protocol.CodeInvalidParams, "strategy")
+	c.fail(protocol.MethodLGDeleteForRuns, map[string]any{}, nil, protocol.CodeInvalidParams, "runIds")
 	// the connection is still fine
-	c.ok(MethodLGPut, good(), att, nil)
-	var gr LGGetResult
-	c.ok(MethodLGGet, map[string]any{"threadId": "t"}, nil, &gr)
+	c.ok(protocol.MethodLGPut, good(), att, nil)
+	var gr protocol.LGGetResult
+	c.ok(protocol.MethodLGGet, map[string]any{"threadId": "t"}, nil, &gr)
 	require.Equal(t, "c", gr.Tuple.CheckpointID)
 	// a large put: segments of a multi-megabyte attachment
 	big := bytes.Repeat([]byte("abcdefgh"), 1<<19)
@@ -260,7 +261,7 @@ func TestLGProtocolErrors(t *testing.T) {
 	p["checkpointId"] = "d"
 	p["channelVersions"] = map[string]any{"big": 1}
 	p["blobs"] = []map[string]any{{"channel": "big", "version": 1, "type": "bytes", "offset": 2, "length": len(big)}}
-	c.ok(MethodLGPut, p, append([]byte("{}"), big...), nil)
-	a := c.ok(MethodLGGet, map[string]any{"threadId": "t"}, nil, &gr)
+	c.ok(protocol.MethodLGPut, p, append([]byte("{}"), big...), nil)
+	a := c.ok(protocol.MethodLGGet, map[string]any{"threadId": "t"}, nil, &gr)
 	require.Equal(t, big, []byte(seg(a, gr.Tuple.Blobs[0].LGSegment)))
 }

@@ -5,19 +5,21 @@ import (
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/ckptd/ckptd/protocol"
 )
 
 // knownEvents are the notifications a client may opt in to with initialize.
-var knownEvents = []string{NotifySaved, NotifyPruned, NotifyCorrupted}
+var knownEvents = []string{protocol.NotifySaved, protocol.NotifyPruned, protocol.NotifyCorrupted}
 
 func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p InitializeParams
+	var p protocol.InitializeParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
 	want := map[string]bool{}
 	for i, ev := range p.Events {
-		ok := ev == NotifyDriftChanged // always sent for drift/watch: accepted, nothing to opt in to
+		ok := ev == protocol.NotifyDriftChanged // always sent for drift/watch: accepted, nothing to opt in to
 		for _, k := range knownEvents {
 			ok = ok || k == ev
 		}
@@ -32,12 +34,12 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if p.ClientName != "" {
 		s.log.Info("client connected", "client", p.ClientName)
 	}
-	return reply{result: InitializeResult{
+	return reply{result: protocol.InitializeResult{
 		ServerName:      "ckptd",
 		ServerVersion:   s.opts.Version,
-		ProtocolVersion: ProtocolVersion,
+		ProtocolVersion: protocol.ProtocolVersion,
 		DBPath:          s.store.About().Location,
-		Capabilities: Capabilities{
+		Capabilities: protocol.Capabilities{
 			Attachments:   true,
 			StateTypes:    []string{"json", "bytes"},
 			MaxStateBytes: s.opts.MaxStateBytes,
@@ -77,11 +79,11 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil { // diagnostics only: stats still answers
 		s.log.Warn("stats: cannot read the backend's health figures", "error", err)
 	}
-	return reply{result: StatsResult{
+	return reply{result: protocol.StatsResult{
 		UptimeSeconds: time.Since(s.started).Seconds(),
 		Counters:      s.metrics.counters(),
 		Latency:       s.metrics.latencies(),
-		DB: DBStats{
+		DB: protocol.DBStats{
 			Path:              db.Path,
 			SizeBytes:         db.SizeBytes,
 			WALBytes:          health.Figure("walBytes"),
@@ -90,8 +92,8 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 			States:            db.States,
 			StatesStoredBytes: db.StatesStoredBytes,
 			Pragmas:           health.SettingsMap(),
-			Compaction:        CompactionStats(s.store.CompactionStats()),
-			BlobCache:         BlobCacheStats(s.store.BlobCacheStats()),
+			Compaction:        protocol.CompactionStats(s.store.CompactionStats()),
+			BlobCache:         protocol.BlobCacheStats(s.store.BlobCacheStats()),
 		},
 	}}, nil
 }

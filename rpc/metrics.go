@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ckptd/ckptd/protocol"
 )
 
 // metrics are the counters and latency samples reported by stats.
@@ -27,8 +29,8 @@ func newMetrics(methods []string) *metrics {
 }
 
 // latencies reports save and load (store time) plus every method that was called.
-func (m *metrics) latencies() map[string]LatencyStats {
-	out := map[string]LatencyStats{"save": m.save.stats(), "load": m.load.stats()}
+func (m *metrics) latencies() map[string]protocol.LatencyStats {
+	out := map[string]protocol.LatencyStats{"save": m.save.stats(), "load": m.load.stats()}
 	for name, l := range m.byMethod {
 		if st := l.stats(); st.Count > 0 {
 			out[name] = st
@@ -39,8 +41,8 @@ func (m *metrics) latencies() map[string]LatencyStats {
 
 func (m *metrics) add(c *atomic.Int64, n int64) { c.Add(n) }
 
-func (m *metrics) counters() Counters {
-	return Counters{
+func (m *metrics) counters() protocol.Counters {
+	return protocol.Counters{
 		Saves:             m.saves.Load(),
 		Loads:             m.loads.Load(),
 		Failures:          m.failures.Load(),
@@ -79,10 +81,10 @@ func (l *latency) observe(d time.Duration) {
 }
 
 // stats reports percentiles over the retained window.
-func (l *latency) stats() LatencyStats {
+func (l *latency) stats() protocol.LatencyStats {
 	l.mu.Lock()
 	s := append([]time.Duration(nil), l.ring...)
-	out := LatencyStats{Count: l.count, MaxMs: ms(l.max)}
+	out := protocol.LatencyStats{Count: l.count, MaxMs: ms(l.max)}
 	l.mu.Unlock()
 	if len(s) == 0 {
 		return out

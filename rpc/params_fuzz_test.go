@@ -14,22 +14,26 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // fuzzCoreMethods are named by index in the seed corpus: append only. Methods registered
 // besides these (lg/*, thread/*, ...) follow them, sorted by name.
-var fuzzCoreMethods = []string{MethodInitialize, MethodSave, MethodLoad, MethodList, MethodDelete, MethodPrune,
-	MethodConfigure, MethodComplete, MethodWorkflowList, MethodWritesPut, MethodResumePlan, MethodStats}
+var fuzzCoreMethods = []string{protocol.MethodInitialize, protocol.MethodSave, protocol.MethodLoad,
+	protocol.MethodList, protocol.MethodDelete, protocol.MethodPrune, protocol.MethodConfigure,
+	protocol.MethodComplete, protocol.MethodWorkflowList, protocol.MethodWritesPut,
+	protocol.MethodResumePlan, protocol.MethodStats}
 
 // fuzzMaxState keeps -32004 cheap to reach.
 const fuzzMaxState = 64 << 10
 
 // knownCodes are the error codes a handler may answer with (docs/protocol.md). -32603 is not
 // among them: it means a bug.
-var knownCodes = map[int64]bool{CodeInvalidParams: true, CodeNotFound: true, CodeCorrupt: true,
-	CodeConflict: true, CodeTooLarge: true, CodeResumeInvalid: true, CodeUnavailable: true, CodeShuttingDown: true}
+var knownCodes = map[int64]bool{protocol.CodeInvalidParams: true, protocol.CodeNotFound: true,
+	protocol.CodeCorrupt: true, protocol.CodeConflict: true, protocol.CodeTooLarge: true,
+	protocol.CodeResumeInvalid: true, protocol.CodeUnavailable: true, protocol.CodeShuttingDown: true}
 
 const (
 	fuzzKnownWF = "fuzz-known"
@@ -152,7 +156,7 @@ func checkFuzzReply(t *testing.T, name string, params []byte, r reply, rerr *jso
 		if rerr.Message == "" {
 			t.Fatalf("%s %s: error %d without message", name, params, rerr.Code)
 		}
-		if rerr.Code == CodeInvalidParams {
+		if rerr.Code == protocol.CodeInvalidParams {
 			var data struct{ Field, Reason *string }
 			if rerr.Data == nil || json.Unmarshal(*rerr.Data, &data) != nil || data.Field == nil || data.Reason == nil {
 				t.Fatalf("%s %s: -32602 without data {field, reason}: %s", name, params, rerr.Message)

@@ -6,73 +6,71 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/resume"
 	"github.com/ckptd/ckptd/store"
 )
 
 func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ResumePlanParams
+	var p protocol.ResumePlanParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
 	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return reply{}, err
 	}
-	g, err := resume.Gather(ctx, s.store, resume.Request{
-		WorkflowID:   p.WorkflowID,
-		Namespace:    p.Namespace,
-		CheckpointID: p.CheckpointID,
-		WorkflowHash: p.WorkflowHash,
+	rp, err := s.engine.PlanResume(ctx, engine.ResumeRequest{
+		WorkflowID:     p.WorkflowID,
+		Namespace:      p.Namespace,
+		CheckpointID:   p.CheckpointID,
+		WorkflowHash:   p.WorkflowHash,
+		DriftAsWarning: p.DriftAsWarning,
 	})
-	var ww *resume.WrongWorkflowError
+	var ww *engine.WrongWorkflowError
 	switch {
 	case errors.As(err, &ww):
 		return reply{}, invalidParams("checkpointId", "belongs to workflow "+quote(ww.WorkflowID)+", not "+quote(p.WorkflowID))
 	case err != nil:
 		return reply{}, storeErrorWith(err, "workflowId", p.WorkflowID)
 	}
-	for _, bad := range g.Input.Corrupt {
+	for _, bad := range rp.Corrupt {
 		s.reportCorrupt(p.WorkflowID, &store.CorruptError{CheckpointID: bad.CheckpointID, Reason: bad.Reason})
 	}
-	in, cp := g.Input, g.Checkpoint
-	var driftSt *DriftStatus
-	if cp != nil { // sources recorded with the checkpoint: drift is a problem (rpc/drift.go)
-		driftSt, in.Drift = s.planDrift(ctx, cp.CheckpointID)
-		in.DriftAsWarning = p.DriftAsWarning
-	}
-	plan, problems, warnings := resume.Decide(in)
-	if len(problems) > 0 && (!p.Force || cp == nil) {
+	if rp.Blocked(p.Force) {
+		problems := rp.Problems
 		msg := "resume validation failed: " + problems[0].Message
 		if len(problems) > 1 {
 			msg += " (and " + itoa(len(problems)-1) + " more problems)"
 		}
 		data := map[string]any{"problems": problems}
-		if driftSt != nil {
-			data["drift"] = driftSt
+		if rp.Drift != nil {
+			data["drift"] = rp.Drift
 		}
-		return reply{}, rpcError(CodeResumeInvalid, msg, data)
+		return reply{}, rpcError(protocol.CodeResumeInvalid, msg, data)
 	}
-	warnings = append(problems, warnings...)
+	warnings := append(rp.Problems, rp.Warnings...) // problems forced past are warnings
 	if warnings == nil {
 		warnings = []resume.Problem{}
 	}
 	var r reply
-	res := ResumePlanResult{
+	cp := rp.Checkpoint
+	res := protocol.ResumePlanResult{
 		CheckpointID:   cp.CheckpointID,
 		WorkflowID:     cp.WorkflowID,
 		Namespace:      cp.Namespace,
 		Phase:          string(cp.Phase),
 		Step:           cp.Step,
 		StepName:       cp.StepName,
-		StartStep:      plan.StartStep,
-		Retry:          plan.Retry,
-		Reason:         plan.Reason,
+		StartStep:      rp.Plan.StartStep,
+		Retry:          rp.Plan.Retry,
+		Reason:         rp.Plan.Reason,
 		CompletedTasks: orEmptyArray(cp.CompletedTasks),
 		PendingTasks:   orEmptyArray(cp.PendingTasks),
 		StateType:      string(cp.StateType),
 		Warnings:       warnings,
-		RecoveredFrom:  recovered(cp.RecoveredFrom),
-		Drift:          driftSt,
+		RecoveredFrom:  engine.RecoveredOf(cp.RecoveredFrom),
+		Drift:          rp.Drift,
 	}
 	res.StateBase64, res.StateAttachment = stateReply(&r, cp.StateType, cp.State, p.Attachment)
 	r.result = res

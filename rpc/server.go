@@ -1,6 +1,8 @@
-// Package rpc is ckptd's JSON-RPC face: protocol types (protocol.go), the framing codec
-// (codec.go) and one handler file per method family. It turns requests into calls on the
-// store and drift packages, which know nothing of JSON-RPC.
+// Package rpc is ckptd's JSON-RPC face: the server, the framing codec (codec.go) and one
+// handler file per method family. The wire types it decodes and encodes are package
+// protocol's. Handlers decode params, call the engine (use cases composed of store, drift and
+// resume) or the store (plain reads and writes), and encode the reply; none of those packages
+// knows JSON-RPC.
 package rpc
 
 import (
@@ -19,6 +21,7 @@ import (
 
 	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/framing"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -50,8 +53,7 @@ type Server struct {
 	inflight     sync.WaitGroup
 	shutdownDone chan struct{}
 
-	drift     driftState        // manifest caches and drift watches (rpc/drift.go)
-	manifests *engine.Manifests // decoded source manifests recorded with checkpoints
+	engine *engine.Engine // the use cases: saves with sources, resume plans, drift (package engine)
 
 	workers workers // goroutines that run handlers (rpc/workers.go)
 }
@@ -76,7 +78,7 @@ type call struct {
 	attachment    []byte
 	hasAttachment bool
 	release       func()          // for mutations: lets the next mutation start
-	sources       json.RawMessage // checkpoint/save's sources param (rpc/drift.go)
+	sources       json.RawMessage // checkpoint/save's sources param (saveSources, rpc/drift.go)
 }
 
 // reply is a handler's answer. rawFields are spliced into the marshalled result byte-for-byte
@@ -104,7 +106,7 @@ func New(st store.Backend, opts Options) *Server {
 	}
 	s := &Server{
 		store:        st,
-		manifests:    engine.NewManifests(st),
+		engine:       engine.New(st, opts.Logger),
 		opts:         opts,
 		log:          opts.Logger,
 		started:      time.Now(),
@@ -121,21 +123,21 @@ func New(st store.Backend, opts Options) *Server {
 	s.lastMutation = done
 	s.lastDone = done
 	s.methods = map[string]method{
-		MethodInitialize:   {kindRead, s.initialize},
-		MethodSave:         {kindMutation, s.save},
-		MethodLoad:         {kindRead, s.load},
-		MethodList:         {kindRead, s.list},
-		MethodDelete:       {kindMutation, s.delete},
-		MethodPrune:        {kindMutation, s.prune},
-		MethodConfigure:    {kindMutation, s.configure},
-		MethodComplete:     {kindMutation, s.complete},
-		MethodWorkflowList: {kindRead, s.workflowList},
-		MethodWritesPut:    {kindMutation, s.writesPut},
-		MethodResumePlan:   {kindRead, s.resumePlan},
-		MethodStats:        {kindRead, s.stats},
-		MethodDriftStatus:  {kindRead, s.driftStatus},
-		MethodDriftWatch:   {kindRead, s.driftWatch},
-		MethodDriftUnwatch: {kindRead, s.driftUnwatch},
+		protocol.MethodInitialize:   {kindRead, s.initialize},
+		protocol.MethodSave:         {kindMutation, s.save},
+		protocol.MethodLoad:         {kindRead, s.load},
+		protocol.MethodList:         {kindRead, s.list},
+		protocol.MethodDelete:       {kindMutation, s.delete},
+		protocol.MethodPrune:        {kindMutation, s.prune},
+		protocol.MethodConfigure:    {kindMutation, s.configure},
+		protocol.MethodComplete:     {kindMutation, s.complete},
+		protocol.MethodWorkflowList: {kindRead, s.workflowList},
+		protocol.MethodWritesPut:    {kindMutation, s.writesPut},
+		protocol.MethodResumePlan:   {kindRead, s.resumePlan},
+		protocol.MethodStats:        {kindRead, s.stats},
+		protocol.MethodDriftStatus:  {kindRead, s.driftStatus},
+		protocol.MethodDriftWatch:   {kindRead, s.driftWatch},
+		protocol.MethodDriftUnwatch: {kindRead, s.driftUnwatch},
 	}
 	for name, m := range s.langGraphMethods() { // lg/*, thread/*: rpc/langgraph.go
 		s.methods[name] = m
@@ -173,7 +175,7 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 	s.closing = true
 	s.mu.Unlock()
 	s.inflight.Wait()
-	s.closeWatches()
+	s.engine.CloseWatches(2 * time.Second) // the connection is closing: end every drift watch
 	s.log.Info("stopping", "reason", cause)
 	_ = conn.Close()
 	return nil
@@ -183,7 +185,7 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 // enough to schedule the call and returns.
 func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	inc, _ := s.codec.Take(req)
-	if req.Method == methodProtocolError {
+	if req.Method == protocolErrorMethod {
 		if inc.ProtocolError != nil {
 			s.log.Warn("bad frame", "code", inc.ProtocolError.Code, "error", inc.ProtocolError.Message)
 			if !req.Notif {
@@ -192,19 +194,19 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 		}
 		return
 	}
-	if req.Method == MethodShutdown {
+	if req.Method == protocol.MethodShutdown {
 		s.shutdown(conn, req)
 		return
 	}
 	m, ok := s.methods[req.Method]
 	if !ok {
-		s.respond(conn, req, reply{}, rpcError(CodeMethodNotFound, "method not found: "+req.Method, map[string]string{"method": req.Method}))
+		s.respond(conn, req, reply{}, rpcError(protocol.CodeMethodNotFound, "method not found: "+req.Method, map[string]string{"method": req.Method}))
 		return
 	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
-		s.respond(conn, req, reply{}, rpcError(CodeShuttingDown, "shutting down: no new requests are accepted", nil))
+		s.respond(conn, req, reply{}, rpcError(protocol.CodeShuttingDown, "shutting down: no new requests are accepted", nil))
 		return
 	}
 	s.inflight.Add(1)
@@ -249,7 +251,7 @@ func (s *Server) safeRun(m method, c *call) (r reply, err *jsonrpc2.Error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("handler panic", "method", c.req.Method, "panic", p)
-			r, err = reply{}, rpcError(CodeInternal, "internal error (please report): handler panicked", nil)
+			r, err = reply{}, rpcError(protocol.CodeInternal, "internal error (please report): handler panicked", nil)
 		}
 	}()
 	return m.run(context.Background(), c)
@@ -267,7 +269,7 @@ func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, re
 		return
 	}
 	if rerr != nil {
-		if rerr.Code == CodeInternal || rerr.Code == CodeUnavailable {
+		if rerr.Code == protocol.CodeInternal || rerr.Code == protocol.CodeUnavailable {
 			s.log.Error("request failed", "method", req.Method, "code", rerr.Code, "error", rerr.Message)
 		} else {
 			s.log.Debug("request rejected", "method", req.Method, "code", rerr.Code, "error", rerr.Message)
@@ -279,7 +281,7 @@ func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, re
 	}
 	b, err := json.Marshal(r.result)
 	if err != nil {
-		_ = conn.ReplyWithError(ctx, req.ID, rpcError(CodeInternal, "internal error: "+err.Error(), nil))
+		_ = conn.ReplyWithError(ctx, req.ID, rpcError(protocol.CodeInternal, "internal error: "+err.Error(), nil))
 		return
 	}
 	for _, f := range r.rawFields {
@@ -332,7 +334,7 @@ func (s *Server) notify(method string, params any) {
 
 func (s *Server) onPruned(workflowID string, ids []string, reason string) {
 	s.metrics.add(&s.metrics.pruned, int64(len(ids)))
-	s.notify(NotifyPruned, PrunedEvent{WorkflowID: workflowID, CheckpointIDs: ids, Reason: reason})
+	s.notify(protocol.NotifyPruned, protocol.PrunedEvent{WorkflowID: workflowID, CheckpointIDs: ids, Reason: reason})
 }
 
 // stdio joins the process's stdin and stdout into the ReadWriteCloser jsonrpc2 wants.

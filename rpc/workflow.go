@@ -7,11 +7,13 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
 func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p ConfigureParams
+	var p protocol.ConfigureParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -61,11 +63,11 @@ func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: ConfigureResult{WorkflowID: p.WorkflowID, Retention: EffectiveRetention(eff), Sources: cur}}, nil
+	return reply{result: protocol.ConfigureResult{WorkflowID: p.WorkflowID, Retention: protocol.EffectiveRetention(eff), Sources: cur}}, nil
 }
 
 func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p CompleteParams
+	var p protocol.CompleteParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -76,28 +78,11 @@ func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error)
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: CompleteResult{WorkflowID: p.WorkflowID, Deleted: n}}, nil
-}
-
-// WorkflowInfoOf renders a store workflow in the protocol's shape (workflow/list, CLI --json).
-func WorkflowInfoOf(w store.WorkflowInfo) WorkflowInfo {
-	out := WorkflowInfo{
-		WorkflowID:  w.WorkflowID,
-		Count:       w.Count,
-		Resumable:   w.Resumable,
-		Completed:   w.Completed,
-		UpdatedAt:   timestamp(w.UpdatedAt),
-		StoredBytes: w.StoredBytes,
-	}
-	if w.Latest != nil {
-		sm := SummaryOf(*w.Latest)
-		out.Latest = &sm
-	}
-	return out
+	return reply{result: protocol.CompleteResult{WorkflowID: p.WorkflowID, Deleted: n}}, nil
 }
 
 func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p WorkflowListParams
+	var p protocol.WorkflowListParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -105,15 +90,15 @@ func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	out := WorkflowListResult{Workflows: make([]WorkflowInfo, 0, len(ws))}
+	out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
 	for _, w := range ws {
-		out.Workflows = append(out.Workflows, WorkflowInfoOf(w))
+		out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
 	}
 	return reply{result: out}, nil
 }
 
 func (s *Server) writesPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p WritesPutParams
+	var p protocol.WritesPutParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
@@ -157,5 +142,5 @@ func (s *Server) writesPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 	if err != nil {
 		return reply{}, storeErrorWith(err, "checkpointId", p.CheckpointID)
 	}
-	return reply{result: WritesPutResult{Stored: n}}, nil
+	return reply{result: protocol.WritesPutResult{Stored: n}}, nil
 }

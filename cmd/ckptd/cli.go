@@ -18,7 +18,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -206,9 +205,3 @@ func parseAge(s string) (time.Duration, error) {
 	}
 	return total, nil
 }
-
-// summaryJSON is a checkpoint summary in the protocol's shape (checkpoint/list).
-func summaryJSON(sm store.Summary) rpc.Summary { return rpc.SummaryOf(sm) }
-
-// workflowJSON is a workflow in the protocol's shape (workflow/list).
-func workflowJSON(w store.WorkflowInfo) rpc.WorkflowInfo { return rpc.WorkflowInfoOf(w) }

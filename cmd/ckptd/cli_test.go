@@ -152,7 +152,9 @@ func newCLIDB(t *testing.T, clock func() time.Time) *cliDB {
 		clock = newCLIClock(cliStart).Now
 	}
 	db := &cliDB{t: t, dir: dir, path: filepath.Join(dir, "ckptd.db")}
-	st, err := sqlite.Open(context.Background(), store.Options{Path: db.path, Now: clock})
+	// CompressInline: the fixtures must be stored the same way whatever the machine's load (the
+	// compactor at Close has a time budget), since goldens show stored sizes and corruption texts.
+	st, err := sqlite.Open(context.Background(), store.Options{Path: db.path, Now: clock, CompressInline: true})
 	require.NoError(t, err)
 	db.st = st
 	t.Cleanup(func() { _ = db.st.Close() })

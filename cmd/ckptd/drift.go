@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 
 	"github.com/ckptd/ckptd/engine"
-	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -50,6 +49,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return withStore(ctx, e, &g, false, func(st store.Backend) error {
+		eng := engine.New(st, log)
 		var ref store.ManifestRef
 		var err error
 		if *checkpoint != "" {
@@ -72,9 +72,13 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		case !ref.HasManifest:
 			return fmt.Errorf("no sources recorded for checkpoint %s (save it with sources, or set them with workflow/configure)", ref.CheckpointID)
 		}
-		ds, err := checkpointDrift(ctx, st, ref, log)
+		base, err := eng.Manifest(ctx, ref)
 		if err != nil {
 			return err
+		}
+		ds, err := eng.CheckpointDrift(ctx, ref, base) // what drift/status answers
+		if err != nil {
+			return fmt.Errorf("checking %s: %w", base.Spec.Root, err)
 		}
 		if *asJSON {
 			err = printJSON(e.stdout, ds)
@@ -91,34 +95,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-// checkpointDrift checks ref's recorded sources against the disk (what drift/status answers).
-func checkpointDrift(ctx context.Context, st store.Backend, ref store.ManifestRef, log *slog.Logger) (rpc.DriftStatus, error) {
-	base, err := engine.NewManifests(st).Load(ctx, ref)
-	if err != nil {
-		return rpc.DriftStatus{}, err
-	}
-	rep, _, err := rpc.CheckDrift(ctx, base, nil, log)
-	if err != nil {
-		return rpc.DriftStatus{}, fmt.Errorf("checking %s: %w", base.Spec.Root, err)
-	}
-	return rpc.NewDriftStatus(ref, base.Spec.Root, rep), nil
-}
-
-// planDrift is resume/plan's drift check for ckptd plan: nil and "" when the checkpoint has no
-// sources recorded, else its status and the problem message if it drifted.
-func planDrift(ctx context.Context, st store.Backend, checkpointID string, log *slog.Logger) (*rpc.DriftStatus, string) {
-	ref, err := st.CheckpointManifestRef(ctx, checkpointID)
-	if err != nil || !ref.HasManifest {
-		return nil, ""
-	}
-	ds, err := checkpointDrift(ctx, st, ref, log)
-	if err != nil {
-		return nil, "could not check the recorded sources for drift: " + err.Error()
-	}
-	return &ds, rpc.DriftProblem(ds)
-}
-
-func driftText(w io.Writer, ref store.ManifestRef, ds rpc.DriftStatus) error {
+func driftText(w io.Writer, ref store.ManifestRef, ds protocol.DriftStatus) error {
 	tw := newTable(w)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("workflow", ref.WorkflowID)
@@ -149,7 +126,7 @@ func driftText(w io.Writer, ref store.ManifestRef, ds rpc.DriftStatus) error {
 		}
 		for _, l := range []struct {
 			kind string
-			fcs  []rpc.DriftFileChange
+			fcs  []protocol.DriftFileChange
 		}{{"changed", ds.Changed}, {"added", ds.Added}, {"deleted", ds.Deleted}} {
 			for _, fc := range l.fcs {
 				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", l.kind, fc.Path, size(fc.OldSize, fc.OldType != ""), size(fc.NewSize, fc.NewType != ""))

@@ -18,7 +18,7 @@ import (
 
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/engine"
-	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -62,15 +62,15 @@ func (n *noteDaemon) callErr(method string, params any) *rpcErr {
 }
 
 // status calls drift/status.
-func (n *noteDaemon) status(params map[string]any) rpc.DriftStatus {
+func (n *noteDaemon) status(params map[string]any) protocol.DriftStatus {
 	n.t.Helper()
-	var st rpc.DriftStatus
+	var st protocol.DriftStatus
 	n.call("drift/status", params, &st)
 	return st
 }
 
 // nextChange returns the next drift/changed notification of watchID (waiting up to 20 s).
-func (n *noteDaemon) nextChange(watchID string) rpc.DriftChangedEvent {
+func (n *noteDaemon) nextChange(watchID string) protocol.DriftChangedEvent {
 	n.t.Helper()
 	for {
 		var m msg
@@ -79,10 +79,10 @@ func (n *noteDaemon) nextChange(watchID string) rpc.DriftChangedEvent {
 		} else {
 			m = n.read()
 		}
-		if m.Method != rpc.NotifyDriftChanged {
+		if m.Method != protocol.NotifyDriftChanged {
 			continue
 		}
-		var ev rpc.DriftChangedEvent
+		var ev protocol.DriftChangedEvent
 		require.NoError(n.t, json.Unmarshal(m.Params, &ev))
 		if ev.WatchID == watchID {
 			return ev
@@ -91,7 +91,7 @@ func (n *noteDaemon) nextChange(watchID string) rpc.DriftChangedEvent {
 }
 
 // changeOf waits for the notification that mentions path and returns that change and event.
-func (n *noteDaemon) changeOf(watchID, path string) (drift.Change, rpc.DriftChangedEvent) {
+func (n *noteDaemon) changeOf(watchID, path string) (drift.Change, protocol.DriftChangedEvent) {
 	n.t.Helper()
 	for {
 		ev := n.nextChange(watchID)
@@ -109,8 +109,8 @@ func (n *noteDaemon) quiet(watchID string, d time.Duration) {
 	time.Sleep(d)
 	n.call("stats", nil, nil)
 	for _, m := range n.notes {
-		if m.Method == rpc.NotifyDriftChanged {
-			var ev rpc.DriftChangedEvent
+		if m.Method == protocol.NotifyDriftChanged {
+			var ev protocol.DriftChangedEvent
 			require.NoError(n.t, json.Unmarshal(m.Params, &ev))
 			assert.NotEqual(n.t, watchID, ev.WatchID, "unexpected notification %s", m.Params)
 		}
@@ -138,7 +138,7 @@ func sourceTree(t *testing.T, dir string, n int) string {
 	return src
 }
 
-func paths(fcs []rpc.DriftFileChange) []string {
+func paths(fcs []protocol.DriftFileChange) []string {
 	out := []string{}
 	for _, fc := range fcs {
 		out = append(out, fc.Path)
@@ -157,7 +157,7 @@ func TestDriftStatusAndResumePlan(t *testing.T) {
 
 	var saved struct {
 		CheckpointID string
-		Sources      rpc.SourcesInfo
+		Sources      protocol.SourcesInfo
 	}
 	d.call("checkpoint/save", map[string]any{"workflowId": "wf", "step": 0, "state": map[string]any{"x": 1},
 		"workflowHash": "h1", "sources": map[string]any{"root": src}}, &saved)
@@ -168,7 +168,7 @@ func TestDriftStatusAndResumePlan(t *testing.T) {
 	d.call("checkpoint/save", map[string]any{"workflowId": "other", "state": 1}, &plain)
 	assert.NotContains(t, plain, "sources")
 
-	var st rpc.DriftStatus
+	var st protocol.DriftStatus
 	st = d.status(map[string]any{"workflowId": "wf"})
 	assert.False(t, st.Drifted)
 	assert.Equal(t, saved.CheckpointID, st.CheckpointID)
@@ -213,7 +213,7 @@ func TestDriftStatusAndResumePlan(t *testing.T) {
 	assert.Contains(t, e.Message, "agent.py")
 	var data struct {
 		Problems []struct{ Code, Message, CheckpointID string }
-		Drift    rpc.DriftStatus
+		Drift    protocol.DriftStatus
 	}
 	require.NoError(t, json.Unmarshal(e.Data, &data))
 	require.Len(t, data.Problems, 1)
@@ -226,7 +226,7 @@ func TestDriftStatusAndResumePlan(t *testing.T) {
 	var res struct {
 		StartStep int
 		Warnings  []struct{ Code string }
-		Drift     *rpc.DriftStatus
+		Drift     *protocol.DriftStatus
 	}
 	d.call("resume/plan", map[string]any{"workflowId": "wf", "driftAsWarning": true}, &res)
 	assert.Equal(t, 1, res.StartStep)
@@ -352,7 +352,7 @@ func TestDriftTreeProblems(t *testing.T) {
 		require.NoError(t, os.Chmod(filepath.Join(src, "secret.py"), 0))
 	}
 	d := &noteDaemon{daemon: startDaemon(t, filepath.Join(dir, "c.db"))}
-	var saved struct{ Sources rpc.SourcesInfo }
+	var saved struct{ Sources protocol.SourcesInfo }
 	start := time.Now()
 	d.call("checkpoint/save", map[string]any{"workflowId": "wf", "sources": map[string]any{"root": src}}, &saved)
 	assert.Less(t, time.Since(start), 10*time.Second)
@@ -360,7 +360,7 @@ func TestDriftTreeProblems(t *testing.T) {
 	if unreadable {
 		assert.Contains(t, strings.Join(saved.Sources.Warnings, "\n"), "secret.py")
 	}
-	var st rpc.DriftStatus
+	var st protocol.DriftStatus
 	st = d.status(map[string]any{"workflowId": "wf"})
 	assert.False(t, st.Drifted)
 	// retargeting a symlink is a change
@@ -390,7 +390,7 @@ func TestDriftWatch(t *testing.T) {
 	var saved struct{ CheckpointID string }
 	d.call("checkpoint/save", map[string]any{"workflowId": "wf", "state": 1, "sources": map[string]any{"root": src}}, &saved)
 
-	var w rpc.DriftWatchResult
+	var w protocol.DriftWatchResult
 	d.call("drift/watch", map[string]any{"workflowId": "wf", "debounceMs": 20}, &w)
 	assert.NotEmpty(t, w.WatchID)
 	assert.Equal(t, saved.CheckpointID, w.CheckpointID)
@@ -405,7 +405,7 @@ func TestDriftWatch(t *testing.T) {
 	assert.True(t, ev.Drifted)
 	assert.Equal(t, saved.CheckpointID, ev.CheckpointID)
 	// drift/status is answered from the watch
-	var st rpc.DriftStatus
+	var st protocol.DriftStatus
 	st = d.status(map[string]any{"checkpointId": saved.CheckpointID})
 	assert.True(t, st.Watched)
 	assert.True(t, st.Drifted)
@@ -434,7 +434,7 @@ func TestDriftWatch(t *testing.T) {
 	d.changeOf(w.WatchID, "pkg1/f001.py")
 
 	// a second watch on the same checkpoint, then unwatch the first: it goes quiet
-	var w2 rpc.DriftWatchResult
+	var w2 protocol.DriftWatchResult
 	d.call("drift/watch", map[string]any{"checkpointId": saved.CheckpointID}, &w2)
 	assert.NotEqual(t, w.WatchID, w2.WatchID)
 	var empty map[string]any
@@ -448,7 +448,7 @@ func TestDriftWatch(t *testing.T) {
 	assert.Equal(t, -32001, e.Code)
 
 	// a watch started on a tree that already drifted says so at once (rescan "initial scan")
-	var w3 rpc.DriftWatchResult
+	var w3 protocol.DriftWatchResult
 	d.call("drift/watch", map[string]any{"workflowId": "wf"}, &w3)
 	ev = d.nextChange(w3.WatchID)
 	assert.True(t, ev.Rescan)
@@ -468,7 +468,7 @@ func TestDriftWatchLimit(t *testing.T) {
 	d.call("checkpoint/save", map[string]any{"workflowId": "wf", "sources": map[string]any{"root": src}}, nil)
 	var ids []string
 	for range 16 {
-		var w rpc.DriftWatchResult
+		var w protocol.DriftWatchResult
 		d.call("drift/watch", map[string]any{"workflowId": "wf"}, &w)
 		ids = append(ids, w.WatchID)
 	}
@@ -495,12 +495,12 @@ func TestDriftSecondProcess(t *testing.T) {
 	agent.call("checkpoint/save", map[string]any{"workflowId": "wf", "step": 2, "state": 1, "sources": map[string]any{"root": src}}, &saved)
 
 	editor := &noteDaemon{daemon: startDaemon(t, db)}
-	var st rpc.DriftStatus
+	var st protocol.DriftStatus
 	st = editor.status(map[string]any{"workflowId": "wf"})
 	assert.False(t, st.Drifted)
 	assert.Equal(t, saved.CheckpointID, st.CheckpointID)
 	assert.Equal(t, 7, st.FilesChecked)
-	var w rpc.DriftWatchResult
+	var w protocol.DriftWatchResult
 	editor.call("drift/watch", map[string]any{"workflowId": "wf", "debounceMs": 10}, &w)
 
 	writeFile(t, filepath.Join(src, "pkg3", "f003.py"), "changed\n")
@@ -517,7 +517,7 @@ func TestDriftSecondProcess(t *testing.T) {
 	e := agent.callErr("resume/plan", map[string]any{"workflowId": "wf"})
 	assert.Equal(t, -32005, e.Code)
 	for _, m := range agent.notes {
-		assert.NotEqual(t, rpc.NotifyDriftChanged, m.Method)
+		assert.NotEqual(t, protocol.NotifyDriftChanged, m.Method)
 	}
 	// a new save in the agent's process: the editor's plan/status follow the latest checkpoint
 	agent.call("checkpoint/save", map[string]any{"workflowId": "wf", "step": 3, "state": 1, "sources": map[string]any{"root": src}}, &saved)
@@ -545,14 +545,14 @@ func TestDriftConfiguredSources(t *testing.T) {
 
 	var saved struct {
 		CheckpointID string
-		Sources      *rpc.SourcesInfo
+		Sources      *protocol.SourcesInfo
 	}
 	d.call("checkpoint/save", map[string]any{"workflowId": "wf", "state": 1}, &saved)
 	require.NotNil(t, saved.Sources)
 	assert.Equal(t, 4, saved.Sources.Files, "pkg2 excluded: 2 files, agent.py, .gitignore")
 	writeFile(t, filepath.Join(src, "pkg2", "f002.py"), "excluded: no drift\n")
 	writeFile(t, filepath.Join(src, "pkg0", "f000.py"), "drift\n")
-	var st rpc.DriftStatus
+	var st protocol.DriftStatus
 	st = d.status(map[string]any{"workflowId": "wf"})
 	assert.Equal(t, []string{"pkg0/f000.py"}, paths(st.Changed))
 	assert.Empty(t, st.Added)

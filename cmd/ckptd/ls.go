@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -63,9 +64,9 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, a
 		return err
 	}
 	if asJSON {
-		out := rpc.WorkflowListResult{Workflows: make([]rpc.WorkflowInfo, 0, len(ws))}
+		out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
 		for _, w := range ws {
-			out.Workflows = append(out.Workflows, workflowJSON(w))
+			out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
 		}
 		return printJSON(e.stdout, out)
 	}
@@ -115,9 +116,9 @@ func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns 
 		before = sms[len(sms)-1].CheckpointID
 	}
 	if asJSON {
-		out := rpc.ListResult{Checkpoints: make([]rpc.Summary, 0, len(all))}
+		out := protocol.ListResult{Checkpoints: make([]protocol.Summary, 0, len(all))}
 		for _, sm := range all {
-			out.Checkpoints = append(out.Checkpoints, summaryJSON(sm))
+			out.Checkpoints = append(out.Checkpoints, engine.SummaryOf(sm))
 		}
 		return printJSON(e.stdout, out)
 	}

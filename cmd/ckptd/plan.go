@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/resume"
-	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -30,11 +31,11 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "plan", planUsage)
 	registerDBFlags(fs, &g)
 	asJSON := fs.Bool("json", false, "print JSON")
-	var req resume.Request
+	var req engine.ResumeRequest
 	fs.StringVar(&req.Namespace, "namespace", "", "plan from the latest checkpoint of this `namespace`")
 	fs.StringVar(&req.WorkflowHash, "workflow-hash", "", "your current workflow `hash`, compared with the checkpoint's")
 	fs.StringVar(&req.CheckpointID, "checkpoint", "", "plan from this checkpoint `id` instead of the latest")
-	driftAsWarning := fs.Bool("drift-as-warning", false, "report source drift as a warning, not a problem (resume/plan's driftAsWarning)")
+	fs.BoolVar(&req.DriftAsWarning, "drift-as-warning", false, "report source drift as a warning, not a problem (resume/plan's driftAsWarning)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -49,8 +50,12 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	}
 	req.WorkflowID = pos[0]
 	return withStore(ctx, e, &g, false, func(st store.Backend) error {
-		gathered, err := resume.Gather(ctx, st, req)
-		var ww *resume.WrongWorkflowError
+		log, err := g.logger(e)
+		if err != nil {
+			return err
+		}
+		rp, err := engine.New(st, log).PlanResume(ctx, req) // what resume/plan answers
+		var ww *engine.WrongWorkflowError
 		switch {
 		case errors.As(err, &ww):
 			return usageError{ww.Error()}
@@ -63,18 +68,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		case err != nil:
 			return err
 		}
-		var driftSt *rpc.DriftStatus
-		if cp := gathered.Checkpoint; cp != nil { // as resume/plan does (cmd/ckptd/drift.go)
-			log, err := g.logger(e)
-			if err != nil {
-				return err
-			}
-			driftSt, gathered.Input.Drift = planDrift(ctx, st, cp.CheckpointID, log)
-			gathered.Input.DriftAsWarning = *driftAsWarning
-		}
-		plan, problems, warnings := resume.Decide(gathered.Input)
-		r := newPlanReport(req, gathered, plan, problems, warnings)
-		r.Drift = driftSt
+		r := newPlanReport(req.WorkflowID, rp)
 		if *asJSON {
 			err = printJSON(e.stdout, r)
 		} else {
@@ -102,22 +96,23 @@ type planCheckpoint struct {
 }
 
 type planReport struct {
-	WorkflowID    string           `json:"workflowId"`
-	OK            bool             `json:"ok"` // no problem blocks the resume
-	Checkpoint    *planCheckpoint  `json:"checkpoint"`
-	Plan          *resume.Plan     `json:"plan"`
-	Problems      []resume.Problem `json:"problems"`
-	Warnings      []resume.Problem `json:"warnings"`
-	RecoveredFrom []rpc.Recovered  `json:"recoveredFrom,omitempty"`
-	Drift         *rpc.DriftStatus `json:"drift,omitempty"`
+	WorkflowID    string                `json:"workflowId"`
+	OK            bool                  `json:"ok"` // no problem blocks the resume
+	Checkpoint    *planCheckpoint       `json:"checkpoint"`
+	Plan          *resume.Plan          `json:"plan"`
+	Problems      []resume.Problem      `json:"problems"`
+	Warnings      []resume.Problem      `json:"warnings"`
+	RecoveredFrom []protocol.Recovered  `json:"recoveredFrom,omitempty"`
+	Drift         *protocol.DriftStatus `json:"drift,omitempty"`
 }
 
-func newPlanReport(req resume.Request, g resume.Gathered, plan resume.Plan, problems, warnings []resume.Problem) planReport {
+func newPlanReport(workflowID string, rp engine.ResumePlan) planReport {
 	r := planReport{
-		WorkflowID: req.WorkflowID,
-		OK:         len(problems) == 0 && g.Checkpoint != nil,
-		Problems:   problems,
-		Warnings:   warnings,
+		WorkflowID: workflowID,
+		OK:         !rp.Blocked(false),
+		Problems:   rp.Problems,
+		Warnings:   rp.Warnings,
+		Drift:      rp.Drift,
 	}
 	if r.Problems == nil {
 		r.Problems = []resume.Problem{}
@@ -125,14 +120,13 @@ func newPlanReport(req resume.Request, g resume.Gathered, plan resume.Plan, prob
 	if r.Warnings == nil {
 		r.Warnings = []resume.Problem{}
 	}
-	if cp := g.Checkpoint; cp != nil {
+	if cp := rp.Checkpoint; cp != nil {
 		r.Checkpoint = &planCheckpoint{CheckpointID: cp.CheckpointID, Namespace: cp.Namespace, Seq: cp.Seq,
 			Phase: string(cp.Phase), Step: cp.Step, StepName: cp.StepName,
 			CompletedTasks: cp.CompletedTaskCount, PendingTasks: cp.PendingTaskCount}
+		plan := rp.Plan
 		r.Plan = &plan
-		for _, rec := range cp.RecoveredFrom {
-			r.RecoveredFrom = append(r.RecoveredFrom, rpc.Recovered{CheckpointID: rec.CheckpointID, Reason: rec.Reason})
-		}
+		r.RecoveredFrom = engine.RecoveredOf(cp.RecoveredFrom)
 	}
 	return r
 }

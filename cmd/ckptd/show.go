@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,7 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -246,22 +246,22 @@ type showStorage struct {
 }
 
 type showResult struct {
-	rpc.Summary
-	FormatVersion  int                `json:"formatVersion"`
-	CompletedTasks json.RawMessage    `json:"completedTasks"`
-	PendingTasks   json.RawMessage    `json:"pendingTasks"`
-	PendingWrites  []rpc.PendingWrite `json:"pendingWrites"`
-	Storage        showStorage        `json:"storage"`
-	Integrity      showIntegrity      `json:"integrity"`
+	protocol.Summary
+	FormatVersion  int                     `json:"formatVersion"`
+	CompletedTasks json.RawMessage         `json:"completedTasks"`
+	PendingTasks   json.RawMessage         `json:"pendingTasks"`
+	PendingWrites  []protocol.PendingWrite `json:"pendingWrites"`
+	Storage        showStorage             `json:"storage"`
+	Integrity      showIntegrity           `json:"integrity"`
 }
 
 func showJSON(in store.Inspection) showResult {
 	out := showResult{
-		Summary:        summaryJSON(in.Summary),
+		Summary:        engine.SummaryOf(in.Summary),
 		FormatVersion:  in.FormatVersion,
 		CompletedTasks: orEmptyArray(in.CompletedTasks),
 		PendingTasks:   orEmptyArray(in.PendingTasks),
-		PendingWrites:  pendingWritesJSON(in.PendingWrites),
+		PendingWrites:  engine.PendingWritesOf(in.PendingWrites),
 		Storage:        showStorage{Encoding: in.Encoding, SharedWith: in.SharedWith},
 		Integrity:      showIntegrity{OK: in.Corrupt == "", Reason: in.Corrupt},
 	}
@@ -273,23 +273,4 @@ func orEmptyArray(raw json.RawMessage) json.RawMessage {
 		return json.RawMessage("[]")
 	}
 	return raw
-}
-
-// pendingWritesJSON renders writes as checkpoint/load does.
-func pendingWritesJSON(ws []store.Write) []rpc.PendingWrite {
-	out := make([]rpc.PendingWrite, 0, len(ws))
-	for _, w := range ws {
-		pw := rpc.PendingWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx, Channel: w.Channel, Type: w.Type}
-		if w.IsBytes {
-			enc := base64.StdEncoding.EncodeToString(w.Value)
-			pw.ValueBase64 = &enc
-		} else {
-			pw.Value = w.Value
-			if len(pw.Value) == 0 {
-				pw.Value = json.RawMessage("null")
-			}
-		}
-		out = append(out, pw)
-	}
-	return out
 }

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/ckptd/ckptd/rpc"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -33,13 +33,13 @@ type statsWorkflow struct {
 }
 
 type statsReport struct {
-	DB                 rpc.DBStats     `json:"db"`
-	FreeBytes          int64           `json:"freeBytes"`
-	StateBytes         int64           `json:"stateBytes"` // every checkpoint's state as saved, before dedup and compression
-	ResumableWorkflows int             `json:"resumableWorkflows"`
-	CompletedWorkflows int             `json:"completedWorkflows"`
-	LargestWorkflows   []statsWorkflow `json:"largestWorkflows"`
-	LangGraph          statsLangGraph  `json:"langgraph"`
+	DB                 protocol.DBStats `json:"db"`
+	FreeBytes          int64            `json:"freeBytes"`
+	StateBytes         int64            `json:"stateBytes"` // every checkpoint's state as saved, before dedup and compression
+	ResumableWorkflows int              `json:"resumableWorkflows"`
+	CompletedWorkflows int              `json:"completedWorkflows"`
+	LargestWorkflows   []statsWorkflow  `json:"largestWorkflows"`
+	LangGraph          statsLangGraph   `json:"langgraph"`
 }
 
 // statsLangGraph sums the LangGraph threads (lg/* methods; 'ckptd threads' lists them).
@@ -94,7 +94,7 @@ func runStats(ctx context.Context, e *env, args []string) error {
 			return ws[i].WorkflowID < ws[j].WorkflowID
 		})
 		rep := statsReport{
-			DB: rpc.DBStats{Path: db.Path, SizeBytes: db.SizeBytes, WALBytes: health.Figure("walBytes"), Workflows: db.Workflows,
+			DB: protocol.DBStats{Path: db.Path, SizeBytes: db.SizeBytes, WALBytes: health.Figure("walBytes"), Workflows: db.Workflows,
 				Checkpoints: db.Checkpoints, States: db.States, StatesStoredBytes: db.StatesStoredBytes},
 			FreeBytes:          health.Figure("freeBytes"),
 			StateBytes:         u.StateBytes,

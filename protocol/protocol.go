@@ -1,4 +1,8 @@
-package rpc
+// Package protocol holds ckptd's wire types and nothing else: method names, error codes, and
+// every params, result and notification struct of docs/protocol.md, with their exact JSON
+// names. The handlers live in package rpc; commands and tests import this package, never the
+// server, for the types.
+package protocol
 
 import (
 	"encoding/json"
@@ -11,27 +15,26 @@ const ProtocolVersion = 1
 
 // Method names (binding; see docs/protocol.md).
 const (
-	MethodInitialize    = "initialize"
-	MethodShutdown      = "shutdown"
-	MethodSave          = "checkpoint/save"
-	MethodLoad          = "checkpoint/load"
-	MethodList          = "checkpoint/list"
-	MethodDelete        = "checkpoint/delete"
-	MethodPrune         = "checkpoint/prune"
-	MethodConfigure     = "workflow/configure"
-	MethodComplete      = "workflow/complete"
-	MethodWorkflowList  = "workflow/list"
-	MethodWritesPut     = "writes/put"
-	MethodResumePlan    = "resume/plan"
-	MethodStats         = "stats"
-	MethodDriftStatus   = "drift/status"
-	MethodDriftWatch    = "drift/watch"
-	MethodDriftUnwatch  = "drift/unwatch"
-	methodProtocolError = "$/ckptd/protocolError"
-	NotifySaved         = "checkpoint/saved"
-	NotifyPruned        = "checkpoint/pruned"
-	NotifyCorrupted     = "checkpoint/corrupted"
-	NotifyDriftChanged  = "drift/changed" // per drift/watch, no initialize opt-in
+	MethodInitialize   = "initialize"
+	MethodShutdown     = "shutdown"
+	MethodSave         = "checkpoint/save"
+	MethodLoad         = "checkpoint/load"
+	MethodList         = "checkpoint/list"
+	MethodDelete       = "checkpoint/delete"
+	MethodPrune        = "checkpoint/prune"
+	MethodConfigure    = "workflow/configure"
+	MethodComplete     = "workflow/complete"
+	MethodWorkflowList = "workflow/list"
+	MethodWritesPut    = "writes/put"
+	MethodResumePlan   = "resume/plan"
+	MethodStats        = "stats"
+	MethodDriftStatus  = "drift/status"
+	MethodDriftWatch   = "drift/watch"
+	MethodDriftUnwatch = "drift/unwatch"
+	NotifySaved        = "checkpoint/saved"
+	NotifyPruned       = "checkpoint/pruned"
+	NotifyCorrupted    = "checkpoint/corrupted"
+	NotifyDriftChanged = "drift/changed" // per drift/watch, no initialize opt-in
 )
 
 // Error codes (binding).
@@ -99,7 +102,7 @@ type SaveParams struct {
 	PendingTasks    json.RawMessage `json:"pendingTasks"`
 	WorkflowHash    string          `json:"workflowHash"`
 	Metadata        json.RawMessage `json:"metadata"`
-	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (rpc/drift.go)
+	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (engine.Save)
 }
 
 // SaveResult answers checkpoint/save.
@@ -359,13 +362,14 @@ type Counters struct {
 type DBStats struct {
 	Path              string `json:"path"`
 	SizeBytes         int64  `json:"sizeBytes"`
-	WALBytes          int64  `json:"walBytes"`
+	WALBytes          int64  `json:"walBytes"` // the backend's "walBytes" figure (store.Health)
 	Workflows         int    `json:"workflows"`
 	Checkpoints       int    `json:"checkpoints"`
 	States            int    `json:"states"`
 	StatesStoredBytes int64  `json:"statesStoredBytes"`
-	// Pragmas are the SQLite settings in force on the connection saves commit through
-	// (store.PragmaNames; docs/durability.md), e.g. "synchronous": "2" for --durability full.
+	// Pragmas are the backend's settings (store.Health): on SQLite the settings in force on the
+	// connection saves commit through (sqlite.PragmaNames; docs/durability.md), e.g.
+	// "synchronous": "2" for --durability full.
 	Pragmas map[string]string `json:"pragmas,omitempty"`
 	// Compaction is this process's deferred compression: states saved raw and not yet compressed,
 	// and what the compactor has done since start.

@@ -1,0 +1,158 @@
+package engine
+
+// A checkpoint's drift: what drift/status, `ckptd drift` and the drift part of a resume plan
+// answer.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/protocol"
+	"github.com/ckptd/ckptd/store"
+)
+
+// driftProblemPaths is how many paths a resume plan's drift problem names.
+const driftProblemPaths = 5
+
+// DriftStatus answers drift/status for ref's checkpoint (base: its manifest, Engine.Manifest):
+// CheckpointDrift, with a failed check said as a *SourcesError or an *UnavailableError.
+func (e *Engine) DriftStatus(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (protocol.DriftStatus, error) {
+	st, err := e.CheckpointDrift(ctx, ref, base)
+	if err != nil {
+		return st, fingerprintError("sources", base.Spec.Root, err)
+	}
+	return st, nil
+}
+
+// CheckpointDrift compares ref's checkpoint's recorded sources (base: its manifest) with the
+// tree: from an active watch on it if there is one, else by drift.Check against base. The
+// error is the check's own.
+func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (protocol.DriftStatus, error) {
+	if w := e.watchOn(ref.Key); w != nil {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rep, err := w.w.Status(wctx)
+		cancel()
+		if err == nil {
+			st := newDriftStatus(ref, base.Spec.Root, rep)
+			st.Watched = true
+			return st, nil
+		}
+		e.log.Debug("drift watch status failed; checking instead", "watchId", w.ID, "error", err)
+	}
+	key := lastKey{ref.WorkflowID, base.Spec.Root}
+	last, _ := e.drift.lastFor(key)
+	cctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
+	defer cancel()
+	rep, cur, err := checkDrift(cctx, base, last, e.log)
+	if err != nil {
+		return protocol.DriftStatus{}, err
+	}
+	e.drift.remember(key, cur, nil)
+	return newDriftStatus(ref, base.Spec.Root, rep), nil
+}
+
+// checkDrift compares the tree with base, using last (optional) as a newer manifest of it so
+// that files which drifted long ago are not re-hashed. A root that no longer exists (or is no
+// longer a directory) is reported as every file deleted, with a warning; the returned
+// manifest is then nil.
+func checkDrift(ctx context.Context, base, last *drift.Manifest, log *slog.Logger) (drift.Report, *drift.Manifest, error) {
+	if last != nil && last.Spec.Root != base.Spec.Root {
+		last = nil
+	}
+	rep, cur, err := drift.Check(ctx, base.Spec, base, drift.CheckOptions{ScanOptions: drift.ScanOptions{Logger: log}, Last: last})
+	if errors.Is(err, drift.ErrRootNotFound) || errors.Is(err, drift.ErrRootNotDir) {
+		t0 := time.Now()
+		rep = drift.Diff(base, &drift.Manifest{})
+		rep.Warnings = []string{fmt.Sprintf("source root %s no longer exists or is not a directory", base.Spec.Root)}
+		rep.Elapsed = time.Since(t0)
+		return rep, nil, nil
+	}
+	return rep, cur, err
+}
+
+// newDriftStatus turns a drift report on ref's checkpoint into the protocol's shape.
+func newDriftStatus(ref store.ManifestRef, root string, rep drift.Report) protocol.DriftStatus {
+	conv := func(fcs []drift.FileChange) []protocol.DriftFileChange {
+		out := make([]protocol.DriftFileChange, 0, len(fcs))
+		for _, fc := range fcs {
+			d := protocol.DriftFileChange{Path: fc.Path, OldSize: fc.OldSize, NewSize: fc.NewSize}
+			if len(fc.OldHash) > 0 {
+				d.OldHash = fc.OldHash.String()
+			}
+			if len(fc.NewHash) > 0 {
+				d.NewHash = fc.NewHash.String()
+			}
+			if fc.OldType != 0 {
+				d.OldType, d.OldMode = fc.OldType.String(), fmt.Sprintf("%04o", fc.OldMode)
+			}
+			if fc.NewType != 0 {
+				d.NewType, d.NewMode = fc.NewType.String(), fmt.Sprintf("%04o", fc.NewMode)
+			}
+			out = append(out, d)
+		}
+		return out
+	}
+	return protocol.DriftStatus{
+		CheckpointID: ref.CheckpointID,
+		WorkflowID:   ref.WorkflowID,
+		Namespace:    ref.Namespace,
+		Root:         root,
+		Drifted:      rep.Drifted,
+		Changed:      conv(rep.Changed),
+		Added:        conv(rep.Added),
+		Deleted:      conv(rep.Deleted),
+		FilesChecked: rep.FilesChecked,
+		ElapsedMs:    ms(rep.Elapsed),
+		FullScan:     rep.FullScan,
+		Reason:       rep.Reason,
+		Warnings:     rep.Warnings,
+	}
+}
+
+// driftProblem is the message of a resume plan's drift problem ("" when st did not drift).
+func driftProblem(st protocol.DriftStatus) string {
+	if !st.Drifted {
+		return ""
+	}
+	var paths []string
+	for _, l := range []struct {
+		kind string
+		fcs  []protocol.DriftFileChange
+	}{{"changed", st.Changed}, {"added", st.Added}, {"deleted", st.Deleted}} {
+		for _, fc := range l.fcs {
+			paths = append(paths, fc.Path+" ("+l.kind+")")
+		}
+	}
+	n := len(paths)
+	more := ""
+	if n > driftProblemPaths {
+		more = fmt.Sprintf(" and %d more", n-driftProblemPaths)
+		paths = paths[:driftProblemPaths]
+	}
+	return fmt.Sprintf("sources under %s changed since checkpoint %s was saved: %d changed, %d added, %d deleted: %s%s",
+		st.Root, st.CheckpointID, len(st.Changed), len(st.Added), len(st.Deleted), strings.Join(paths, ", "), more)
+}
+
+// planDrift is a resume plan's drift check of the checkpoint it plans from: nil and "" when no
+// sources were recorded with it; otherwise the status and, if it drifted (or could not be
+// checked), the problem message.
+func (e *Engine) planDrift(ctx context.Context, checkpointID string) (*protocol.DriftStatus, string) {
+	ref, err := e.store.CheckpointManifestRef(ctx, checkpointID)
+	if err != nil || !ref.HasManifest {
+		return nil, ""
+	}
+	base, err := e.Manifest(ctx, ref)
+	if err != nil {
+		return nil, "could not read the sources recorded with checkpoint " + checkpointID + ": " + err.Error()
+	}
+	st, err := e.CheckpointDrift(ctx, ref, base)
+	if err != nil {
+		return nil, fmt.Sprintf("could not check the sources under %s for drift: %v", base.Spec.Root, err)
+	}
+	return &st, driftProblem(st)
+}

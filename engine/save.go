@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/protocol"
+	"github.com/ckptd/ckptd/store"
+)
+
+// fingerprintTimeout bounds the scan of a save's sources (and a drift check).
+const fingerprintTimeout = 2 * time.Minute
+
+// Save stores a checkpoint with a fingerprint of its sources: sources (checked with
+// CheckSources), or when nil the sources configured for its workflow. It fingerprints them
+// before the save is queued, queues the save, calls queued (if not nil: the caller may let its
+// next mutation go ahead; saves of a workflow stay ordered and each one's incremental scan
+// builds on the previous one's), and waits for the commit.
+//
+// The returned SourcesInfo describes the fingerprint recorded (nil when none was, or when the
+// save repeated an earlier identical one: the first save's fingerprint stands). Configured
+// sources that cannot be fingerprinted never refuse the save: it is stored without, and
+// SourcesInfo.Error says why. Errors: *SourcesError and *UnavailableError for given sources,
+// and the store's errors.
+func (e *Engine) Save(ctx context.Context, req store.SaveRequest, sources *drift.Spec, queued func()) (store.SaveResult, *protocol.SourcesInfo, error) {
+	info, err := e.fingerprint(ctx, &req, sources)
+	if err != nil {
+		return store.SaveResult{}, nil, err
+	}
+	pending := e.store.Enqueue(req)
+	if queued != nil {
+		queued()
+	}
+	res, err := pending.Wait(ctx)
+	if err != nil {
+		return res, nil, err
+	}
+	if res.Existing {
+		info = nil // an idempotent repeat: the first save's fingerprint stands
+	}
+	return res, info, nil
+}
+
+// fingerprint fingerprints the sources of a save (spec, else the sources configured for its
+// workflow) and sets req.Manifest.
+func (e *Engine) fingerprint(ctx context.Context, req *store.SaveRequest, spec *drift.Spec) (*protocol.SourcesInfo, error) {
+	configured := spec == nil
+	if configured {
+		cfg, err := e.store.WorkflowSources(ctx, req.WorkflowID)
+		if err != nil {
+			return nil, err
+		}
+		if cfg == nil {
+			return nil, nil
+		}
+		sp, err := parseSources("sources", cfg)
+		if err != nil {
+			// The configured tree is gone (or the config is bad): never refuse the agent's save.
+			e.log.Warn("configured sources cannot be fingerprinted; saving without", "workflowId", req.WorkflowID, "error", err.Error())
+			return &protocol.SourcesInfo{Root: sp.Root, Error: err.Error()}, nil
+		}
+		spec = &sp
+	}
+	t0 := time.Now()
+	key := lastKey{req.WorkflowID, spec.Root}
+	prev, prevEnc := e.drift.lastFor(key)
+	if prev == nil {
+		var err error
+		if prev, err = e.manifests.latest(ctx, e.store, req.WorkflowID, spec.Root); err != nil {
+			e.log.Warn("cannot read the previous source manifest; scanning from scratch", "workflowId", req.WorkflowID, "error", err)
+			prev = nil
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
+	defer cancel()
+	opt := drift.ScanOptions{Logger: e.log}
+	var m *drift.Manifest
+	var err error
+	if prev != nil {
+		_, m, err = drift.Check(sctx, *spec, prev, drift.CheckOptions{ScanOptions: opt})
+	} else {
+		m, err = drift.Scan(sctx, *spec, nil, opt)
+	}
+	if err != nil {
+		ferr := fingerprintError("sources", spec.Root, err)
+		if configured { // never refuse the agent's save for its configured sources
+			e.log.Warn("configured sources cannot be fingerprinted; saving without", "workflowId", req.WorkflowID, "error", ferr.Error())
+			return &protocol.SourcesInfo{Root: spec.Root, Error: ferr.Error()}, nil
+		}
+		return nil, ferr
+	}
+	enc, err := drift.EncodeManifest(m, prevEnc)
+	if err != nil {
+		return nil, err
+	}
+	e.drift.remember(key, m, enc)
+	req.Manifest = ManifestRecord(enc)
+	return &protocol.SourcesInfo{Root: spec.Root, Files: enc.Files(), ElapsedMs: ms(time.Since(t0)), Warnings: m.Warnings}, nil
+}

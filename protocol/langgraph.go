@@ -1,0 +1,189 @@
+package protocol
+
+// The LangGraph channel storage family (docs/protocol.md, "LangGraph channel storage"): lg/* and
+// thread/*. Byte strings travel as segments {offset, length} of the frame's single attachment.
+
+import "encoding/json"
+
+// Method names of the LangGraph family (binding).
+const (
+	MethodLGPut            = "lg/put"
+	MethodLGPutWrites      = "lg/putWrites"
+	MethodLGGet            = "lg/get"
+	MethodLGList           = "lg/list"
+	MethodLGChannelHistory = "lg/channelHistory"
+	MethodLGDeleteForRuns  = "lg/deleteForRuns"
+	MethodThreadDelete     = "thread/delete"
+	MethodThreadCopy       = "thread/copy"
+	MethodThreadPrune      = "thread/prune"
+)
+
+// LGSegmentIn is a typed byte string of a request: a segment of its attachment.
+type LGSegmentIn struct {
+	Type   string `json:"type"`
+	Offset *int64 `json:"offset"`
+	Length *int64 `json:"length"`
+}
+
+// LGBlobIn is one channel value of lg/put.
+type LGBlobIn struct {
+	Channel string          `json:"channel"`
+	Version json.RawMessage `json:"version"`
+	LGSegmentIn
+}
+
+// LGPutParams are lg/put's params.
+type LGPutParams struct {
+	ThreadID        string          `json:"threadId"`
+	Namespace       string          `json:"namespace"`
+	CheckpointID    string          `json:"checkpointId"`
+	ParentID        string          `json:"parentId"`
+	Checkpoint      *LGSegmentIn    `json:"checkpoint"`
+	ChannelVersions json.RawMessage `json:"channelVersions"`
+	Metadata        json.RawMessage `json:"metadata"`
+	Blobs           []LGBlobIn      `json:"blobs"`
+}
+
+// LGPutResult answers lg/put.
+type LGPutResult struct {
+	ThreadID     string `json:"threadId"`
+	Namespace    string `json:"namespace"`
+	CheckpointID string `json:"checkpointId"`
+	BlobsStored  int    `json:"blobsStored"`
+}
+
+// LGWriteIn is one write of lg/putWrites.
+type LGWriteIn struct {
+	Channel string `json:"channel"`
+	Idx     *int64 `json:"idx"`
+	LGSegmentIn
+}
+
+// LGPutWritesParams are lg/putWrites' params.
+type LGPutWritesParams struct {
+	ThreadID     string      `json:"threadId"`
+	Namespace    string      `json:"namespace"`
+	CheckpointID string      `json:"checkpointId"`
+	TaskID       string      `json:"taskId"`
+	TaskPath     string      `json:"taskPath"`
+	Writes       []LGWriteIn `json:"writes"`
+}
+
+// LGSegment is a typed segment of a response attachment.
+type LGSegment struct {
+	Type   string `json:"type"`
+	Offset int    `json:"offset"`
+	Length int    `json:"length"`
+}
+
+// LGBlobOut is one channel value of a tuple.
+type LGBlobOut struct {
+	Channel string          `json:"channel"`
+	Version json.RawMessage `json:"version"`
+	LGSegment
+}
+
+// LGWriteOut is one pending write of a tuple or a channel history.
+type LGWriteOut struct {
+	TaskID   string `json:"taskId"`
+	TaskPath string `json:"taskPath"`
+	Idx      int64  `json:"idx"`
+	Channel  string `json:"channel"`
+	LGSegment
+}
+
+// LGTuple is the wire form of a LangGraph CheckpointTuple.
+type LGTuple struct {
+	ThreadID        string          `json:"threadId"`
+	Namespace       string          `json:"namespace"`
+	CheckpointID    string          `json:"checkpointId"`
+	ParentID        *string         `json:"parentId"`
+	CreatedAt       string          `json:"createdAt"`
+	Checkpoint      LGSegment       `json:"checkpoint"`
+	ChannelVersions json.RawMessage `json:"channelVersions"`
+	Metadata        json.RawMessage `json:"metadata"`
+	Blobs           []LGBlobOut     `json:"blobs"`
+	Writes          []LGWriteOut    `json:"writes"`
+}
+
+// LGGetParams are lg/get's params.
+type LGGetParams struct {
+	ThreadID     string `json:"threadId"`
+	Namespace    string `json:"namespace"`
+	CheckpointID string `json:"checkpointId"`
+}
+
+// LGGetResult answers lg/get.
+type LGGetResult struct {
+	Tuple *LGTuple `json:"tuple"`
+}
+
+// LGListParams are lg/list's params.
+type LGListParams struct {
+	ThreadID     string                     `json:"threadId"`
+	Namespace    *string                    `json:"namespace"`
+	CheckpointID string                     `json:"checkpointId"`
+	Before       string                     `json:"before"`
+	Metadata     map[string]json.RawMessage `json:"metadata"`
+	Limit        *int                       `json:"limit"`
+	Cursor       string                     `json:"cursor"`
+}
+
+// LGListResult answers lg/list.
+type LGListResult struct {
+	Tuples []LGTuple `json:"tuples"`
+	Cursor string    `json:"cursor,omitempty"`
+}
+
+// LGChannelHistoryParams are lg/channelHistory's params.
+type LGChannelHistoryParams struct {
+	ThreadID     string   `json:"threadId"`
+	Namespace    string   `json:"namespace"`
+	CheckpointID string   `json:"checkpointId"`
+	Channels     []string `json:"channels"`
+}
+
+// LGSeed is the seed value of a channel history.
+type LGSeed struct {
+	Version json.RawMessage `json:"version"`
+	LGSegment
+}
+
+// LGChannelHistory is one channel of lg/channelHistory.
+type LGChannelHistory struct {
+	Writes []LGWriteOut `json:"writes"`
+	Seed   *LGSeed      `json:"seed,omitempty"`
+}
+
+// LGChannelHistoryResult answers lg/channelHistory.
+type LGChannelHistoryResult struct {
+	Channels map[string]LGChannelHistory `json:"channels"`
+	Visited  []string                    `json:"visited"`
+}
+
+// LGDeleteForRunsParams are lg/deleteForRuns' params.
+type LGDeleteForRunsParams struct {
+	RunIDs []string `json:"runIds"`
+}
+
+// ThreadDeleteParams are thread/delete's params.
+type ThreadDeleteParams struct {
+	ThreadID string `json:"threadId"`
+}
+
+// ThreadCopyParams are thread/copy's params.
+type ThreadCopyParams struct {
+	SourceThreadID string `json:"sourceThreadId"`
+	TargetThreadID string `json:"targetThreadId"`
+}
+
+// ThreadCopyResult answers thread/copy.
+type ThreadCopyResult struct {
+	Copied int `json:"copied"`
+}
+
+// ThreadPruneParams are thread/prune's params.
+type ThreadPruneParams struct {
+	ThreadIDs []string `json:"threadIds"`
+	Strategy  string   `json:"strategy"`
+}
