@@ -33,7 +33,7 @@ func (e *Engine) DriftStatus(ctx context.Context, ref store.ManifestRef, base *d
 // tree: from an active watch on it if there is one, else by drift.Check against base. The
 // error is the check's own.
 func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (protocol.DriftStatus, error) {
-	if w := e.watchOn(ref.Rowid); w != nil {
+	if w := e.watchOn(ref.Key); w != nil {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rep, err := w.w.Status(wctx)
 		cancel()

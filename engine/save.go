@@ -67,7 +67,7 @@ func (e *Engine) fingerprint(ctx context.Context, req *store.SaveRequest, spec *
 	prev, prevEnc := e.drift.lastFor(key)
 	if prev == nil {
 		var err error
-		if prev, err = e.store.LatestWorkflowManifest(ctx, req.WorkflowID, spec.Root); err != nil {
+		if prev, err = e.manifests.latest(ctx, e.store, req.WorkflowID, spec.Root); err != nil {
 			e.log.Warn("cannot read the previous source manifest; scanning from scratch", "workflowId", req.WorkflowID, "error", err)
 			prev = nil
 		}
@@ -90,11 +90,11 @@ func (e *Engine) fingerprint(ctx context.Context, req *store.SaveRequest, spec *
 		}
 		return nil, ferr
 	}
-	enc, err := store.EncodeManifest(m, prevEnc)
+	enc, err := drift.EncodeManifest(m, prevEnc)
 	if err != nil {
 		return nil, err
 	}
 	e.drift.remember(key, m, enc)
-	req.Manifest = enc
+	req.Manifest = ManifestRecord(enc)
 	return &protocol.SourcesInfo{Root: spec.Root, Files: enc.Files(), ElapsedMs: ms(time.Since(t0)), Warnings: m.Warnings}, nil
 }

@@ -154,7 +154,7 @@ func (e *Engine) watchOn(rowid int64) *Watch {
 	e.drift.mu.Lock()
 	defer e.drift.mu.Unlock()
 	for _, w := range e.drift.watches {
-		if w.Ref.Rowid == rowid {
+		if w.Ref.Key == rowid {
 			return w
 		}
 	}

@@ -47,7 +47,7 @@ func (s *recSink) stopped() int {
 }
 
 // watched saves a checkpoint of src's sources and returns its ref and manifest.
-func watched(t *testing.T, e *Engine, st *store.Store, src, id string) (store.ManifestRef, *drift.Manifest) {
+func watched(t *testing.T, e *Engine, st store.Backend, src, id string) (store.ManifestRef, *drift.Manifest) {
 	t.Helper()
 	ctx := context.Background()
 	spec, err := CheckSources("sources", drift.Spec{Root: src})

@@ -48,7 +48,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		eng := engine.New(st, log)
 		var ref store.ManifestRef
 		var err error

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
@@ -589,10 +590,10 @@ func TestCLIDrift(t *testing.T) {
 	writeFile(t, filepath.Join(src, "old.py"), "old\n")
 	m, err := drift.Scan(t.Context(), drift.Spec{Root: src, Gitignore: true}, nil, drift.ScanOptions{})
 	require.NoError(t, err)
-	enc, err := store.EncodeManifest(m, nil)
+	enc, err := drift.EncodeManifest(m, nil)
 	require.NoError(t, err)
 	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", Phase: store.PhaseCompleted, Step: 2,
-		StepName: "analyze", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
+		StepName: "analyze", State: []byte(`{}`), StateType: store.StateJSON, Manifest: engine.ManifestRecord(enc)})
 	db.save(store.SaveRequest{WorkflowID: "wf-plain", CheckpointID: "p-1", State: []byte(`{}`), StateType: store.StateJSON})
 	db.close()
 	ms := []string{`"elapsedMs": [0-9.e+-]+`, `"elapsedMs": $$MS`}
