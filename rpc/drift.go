@@ -37,10 +37,9 @@ const (
 	// maxLastManifests bounds the newest-manifest cache (entries per workflow and root; a
 	// 10,000-file tree takes a few MB).
 	maxLastManifests = 16
-	// fingerprintTimeout bounds the scan of a save's sources (and a drift check).
-	fingerprintTimeout = 2 * time.Minute
-	// watchSetupTimeout bounds the initial scan of drift/watch.
-	watchSetupTimeout = 2 * time.Minute
+	// The scans of a save's sources, of a drift check and of a watch are bounded by the
+	// drift.Limits of the sources (sources.limits, else the drift defaults: 1,000,000 paths,
+	// 4 GiB hashed, 2 minutes), checked while files are hashed.
 	defaultDebounceMs = 50
 	maxDebounceMs     = 60000
 	// maxQueuedBatches bounds the drift/changed notifications waiting for a slow client; more
@@ -67,6 +66,9 @@ type DriftTargetParams struct {
 	CheckpointID string `json:"checkpointId"`
 	WorkflowID   string `json:"workflowId"`
 	Namespace    string `json:"namespace"`
+	// Limits bound the check (default: the limits of the workflow's configured sources on the
+	// same root, else the drift defaults).
+	Limits *drift.Limits `json:"limits"`
 }
 
 // DriftWatchParams are drift/watch's params.
@@ -117,7 +119,10 @@ type DriftStatus struct {
 	FullScan     bool              `json:"fullScan,omitempty"`
 	Reason       string            `json:"reason,omitempty"`
 	Warnings     []string          `json:"warnings,omitempty"`
-	Watched      bool              `json:"watched,omitempty"` // answered from an active drift/watch
+	// Unreadable: recorded paths that could not be checked now (a directory that cannot be
+	// searched or listed: "dir/"); their content is unknown, so drifted is true.
+	Unreadable []string `json:"unreadable,omitempty"`
+	Watched    bool     `json:"watched,omitempty"` // answered from an active drift/watch
 }
 
 // DriftChangedEvent is the drift/changed notification.
@@ -128,6 +133,9 @@ type DriftChangedEvent struct {
 	Drifted      bool           `json:"drifted"`
 	Rescan       bool           `json:"rescan,omitempty"`
 	Reason       string         `json:"reason,omitempty"`
+	// Stopped: the watch could not go on (file descriptors, memory or inotify ran out; the
+	// reason says which) and sends nothing more; drift/status checks the disk instead.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // driftState is the Server's drift bookkeeping.
@@ -196,7 +204,7 @@ func (d *driftState) remember(k lastKey, m *drift.Manifest, enc *store.EncodedMa
 
 // --- sources params ------------------------------------------------------------------------
 
-var specFieldRe = regexp.MustCompile(`\b(include|exclude)\[\d+\]`)
+var specFieldRe = regexp.MustCompile(`\b(include|exclude)\[\d+\]|\blimits\.(maxFiles|maxBytes|timeoutMs)\b`)
 
 // parseSources decodes and validates a sources param (field names it in errors). The root must
 // be an existing directory; a relative root is taken relative to ckptd's working directory and
@@ -233,7 +241,10 @@ func specError(field, root string, err error) *jsonrpc2.Error {
 	case errors.Is(err, drift.ErrInvalidSpec):
 		reason := strings.TrimPrefix(msg, drift.ErrInvalidSpec.Error()+": ")
 		if m := specFieldRe.FindString(reason); m != "" {
-			return invalidParams(field+"."+m, reason)
+			if field != "" {
+				m = field + "." + m
+			}
+			return invalidParams(m, reason)
 		}
 		if strings.HasPrefix(reason, "root") {
 			if strings.TrimSpace(root) == "" {
@@ -280,18 +291,16 @@ func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.Sav
 			prev = nil
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
-	defer cancel()
 	opt := drift.ScanOptions{Logger: s.log}
 	var m *drift.Manifest
 	var err error
 	if prev != nil {
-		_, m, err = drift.Check(sctx, spec, prev, drift.CheckOptions{ScanOptions: opt})
+		_, m, err = drift.Check(ctx, spec, prev, drift.CheckOptions{ScanOptions: opt})
 	} else {
-		m, err = drift.Scan(sctx, spec, nil, opt)
+		m, err = drift.Scan(ctx, spec, nil, opt)
 	}
 	if err != nil {
-		perr := fingerprintError("sources", spec.Root, err)
+		perr := fingerprintError("sources", "sources.limits", spec.Root, err)
 		if configured { // never refuse the agent's save for its configured sources
 			s.log.Warn("configured sources cannot be fingerprinted; saving without", "workflowId", req.WorkflowID, "error", perr.Message)
 			return &SourcesInfo{Root: spec.Root, Error: perr.Message}, nil
@@ -307,14 +316,17 @@ func (s *Server) fingerprintForSave(ctx context.Context, c *call, req *store.Sav
 	return &SourcesInfo{Root: spec.Root, Files: enc.Files(), ElapsedMs: ms(time.Since(t0)), Warnings: m.Warnings}, nil
 }
 
-// fingerprintError maps a scan/check failure.
-func fingerprintError(field, root string, err error) *jsonrpc2.Error {
+// fingerprintError maps a scan/check failure. A bound reached is -32006 naming it
+// (limitsField.maxFiles ...; data.limit says which, data.value its value).
+func fingerprintError(field, limitsField, root string, err error) *jsonrpc2.Error {
+	var le *drift.LimitError
 	switch {
-	case errors.Is(err, drift.ErrRootNotFound), errors.Is(err, drift.ErrRootNotDir), errors.Is(err, drift.ErrInvalidSpec):
+	case errors.Is(err, drift.ErrRootNotFound), errors.Is(err, drift.ErrRootNotDir), errors.Is(err, drift.ErrInvalidSpec),
+		errors.Is(err, drift.ErrRootPseudoFS):
 		return specError(field, root, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return rpcError(CodeUnavailable, fmt.Sprintf("fingerprinting %s took longer than %v", root, fingerprintTimeout),
-			map[string]string{"reason": err.Error()})
+	case errors.As(err, &le):
+		return rpcError(CodeUnavailable, fmt.Sprintf("fingerprinting %s stopped at %s.%s = %d (raise it, or narrow include/exclude): %v",
+			root, limitsField, le.Limit, le.Value, err), map[string]any{"reason": err.Error(), "limit": le.Limit, "value": le.Value})
 	}
 	return rpcError(CodeUnavailable, fmt.Sprintf("fingerprinting %s: %v", root, err), map[string]string{"reason": err.Error()})
 }
@@ -390,20 +402,57 @@ func (s *Server) driftStatus(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
+	if err := p.Limits.Validate(); err != nil {
+		return reply{}, specError("", "", err)
+	}
 	ref, base, perr := s.driftTarget(ctx, p)
 	if perr != nil {
 		return reply{}, perr
 	}
-	st, err := s.checkpointDrift(ctx, ref, base)
+	st, err := s.checkpointDrift(ctx, ref, base, p.Limits)
 	if err != nil {
-		return reply{}, fingerprintError("sources", base.Spec.Root, err)
+		return reply{}, fingerprintError("sources", limitsField(p.Limits), base.Spec.Root, err)
 	}
 	return reply{result: st}, nil
 }
 
+// limitsField names the limits that bounded a check: the request's, or the sources'.
+func limitsField(explicit *drift.Limits) string {
+	if explicit != nil {
+		return "limits"
+	}
+	return "sources.limits"
+}
+
+// checkLimits are the bounds of a check of a workflow's tree at root: explicit, else those
+// of the workflow's configured sources if they are on the same root, else the defaults.
+func (s *Server) checkLimits(ctx context.Context, workflowID, root string, explicit *drift.Limits) *drift.Limits {
+	if explicit != nil {
+		return explicit
+	}
+	cfg, err := s.store.WorkflowSources(ctx, workflowID)
+	if err != nil {
+		return nil
+	}
+	return ConfiguredLimits(cfg, root)
+}
+
+// ConfiguredLimits returns the limits of a configured sources spec (workflow/configure) if it
+// is on root, else nil.
+func ConfiguredLimits(cfg json.RawMessage, root string) *drift.Limits {
+	if len(cfg) == 0 {
+		return nil
+	}
+	var spec drift.Spec
+	if json.Unmarshal(cfg, &spec) != nil || spec.Root != root {
+		return nil
+	}
+	return spec.Limits
+}
+
 // checkpointDrift answers drift/status for a checkpoint: from an active watch on it if there is
 // one, else by drift.Check against its manifest.
-func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (DriftStatus, error) {
+func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits) (DriftStatus, error) {
 	if w := s.watchOn(ref.Rowid); w != nil {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rep, err := w.w.Status(wctx)
@@ -417,9 +466,7 @@ func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, bas
 	}
 	key := lastKey{ref.WorkflowID, base.Spec.Root}
 	last, _ := s.drift.lastFor(key)
-	cctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
-	defer cancel()
-	rep, cur, err := CheckDrift(cctx, base, last, s.log)
+	rep, cur, err := CheckDrift(ctx, base, last, s.checkLimits(ctx, ref.WorkflowID, base.Spec.Root, lim), s.log)
 	if err != nil {
 		return DriftStatus{}, err
 	}
@@ -428,14 +475,16 @@ func (s *Server) checkpointDrift(ctx context.Context, ref store.ManifestRef, bas
 }
 
 // CheckDrift compares the tree with base, using last (optional) as a newer manifest of it so
-// that files which drifted long ago are not re-hashed. A root that no longer exists (or is no
-// longer a directory) is reported as every file deleted, with a warning; the returned
-// manifest is then nil.
-func CheckDrift(ctx context.Context, base, last *drift.Manifest, log *slog.Logger) (drift.Report, *drift.Manifest, error) {
+// that files which drifted long ago are not re-hashed, within lim (nil: the defaults). A root
+// that no longer exists (or is no longer a directory) is reported as every file deleted, with
+// a warning; the returned manifest is then nil.
+func CheckDrift(ctx context.Context, base, last *drift.Manifest, lim *drift.Limits, log *slog.Logger) (drift.Report, *drift.Manifest, error) {
 	if last != nil && last.Spec.Root != base.Spec.Root {
 		last = nil
 	}
-	rep, cur, err := drift.Check(ctx, base.Spec, base, drift.CheckOptions{ScanOptions: drift.ScanOptions{Logger: log}, Last: last})
+	spec := base.Spec
+	spec.Limits = lim
+	rep, cur, err := drift.Check(ctx, spec, base, drift.CheckOptions{ScanOptions: drift.ScanOptions{Logger: log}, Last: last})
 	if errors.Is(err, drift.ErrRootNotFound) || errors.Is(err, drift.ErrRootNotDir) {
 		t0 := time.Now()
 		rep = drift.Diff(base, &drift.Manifest{})
@@ -482,6 +531,7 @@ func NewDriftStatus(ref store.ManifestRef, root string, rep drift.Report) DriftS
 		FullScan:     rep.FullScan,
 		Reason:       rep.Reason,
 		Warnings:     rep.Warnings,
+		Unreadable:   rep.Unreadable,
 	}
 }
 
@@ -499,14 +549,26 @@ func DriftProblem(st DriftStatus) string {
 			paths = append(paths, fc.Path+" ("+l.kind+")")
 		}
 	}
-	n := len(paths)
-	more := ""
-	if n > driftProblemPaths {
-		more = fmt.Sprintf(" and %d more", n-driftProblemPaths)
-		paths = paths[:driftProblemPaths]
+	list := func(paths []string) string {
+		if n := len(paths); n > driftProblemPaths {
+			return strings.Join(paths[:driftProblemPaths], ", ") + fmt.Sprintf(" and %d more", n-driftProblemPaths)
+		}
+		return strings.Join(paths, ", ")
 	}
-	return fmt.Sprintf("sources under %s changed since checkpoint %s was saved: %d changed, %d added, %d deleted: %s%s",
-		st.Root, st.CheckpointID, len(st.Changed), len(st.Added), len(st.Deleted), strings.Join(paths, ", "), more)
+	unreadable := ""
+	if n := len(st.Unreadable); n > 0 {
+		unreadable = fmt.Sprintf("%d could not be read, so they may have changed: %s", n, list(st.Unreadable))
+	}
+	if len(paths) == 0 {
+		return fmt.Sprintf("sources under %s could not all be checked against checkpoint %s: %s",
+			st.Root, st.CheckpointID, unreadable)
+	}
+	msg := fmt.Sprintf("sources under %s changed since checkpoint %s was saved: %d changed, %d added, %d deleted: %s",
+		st.Root, st.CheckpointID, len(st.Changed), len(st.Added), len(st.Deleted), list(paths))
+	if unreadable != "" {
+		msg += "; " + unreadable
+	}
+	return msg
 }
 
 // planDrift is resume/plan's drift check of the checkpoint it plans from: nil and "" when no
@@ -521,7 +583,7 @@ func (s *Server) planDrift(ctx context.Context, checkpointID string) (*DriftStat
 	if err != nil {
 		return nil, "could not read the sources recorded with checkpoint " + checkpointID + ": " + err.Error()
 	}
-	st, err := s.checkpointDrift(ctx, ref, base)
+	st, err := s.checkpointDrift(ctx, ref, base, nil)
 	if err != nil {
 		return nil, fmt.Sprintf("could not check the sources under %s for drift: %v", base.Spec.Root, err)
 	}
@@ -559,7 +621,7 @@ func (dw *driftWatch) emit(b drift.Batch) {
 		}
 	}
 	ev := DriftChangedEvent{WatchID: dw.id, CheckpointID: dw.ref.CheckpointID, Changes: b.Changes,
-		Drifted: b.Drifted, Rescan: b.Rescan, Reason: b.Reason}
+		Drifted: b.Drifted, Rescan: b.Rescan, Reason: b.Reason, Stopped: b.Stopped}
 	if ev.Changes == nil {
 		ev.Changes = []drift.Change{}
 	}
@@ -660,6 +722,9 @@ func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		}
 		debounce = *p.DebounceMs
 	}
+	if err := p.Limits.Validate(); err != nil {
+		return reply{}, specError("", "", err)
+	}
 	ref, base, perr := s.driftTarget(ctx, p.DriftTargetParams)
 	if perr != nil {
 		return reply{}, perr
@@ -689,19 +754,19 @@ func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 
 	dw := &driftWatch{id: id, s: s, ref: ref, first: true, wake: make(chan struct{}, 1),
 		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	sctx, cancel := context.WithTimeout(context.Background(), watchSetupTimeout)
-	w, err := drift.Watch(sctx, base.Spec, base, drift.WatchOptions{Debounce: time.Duration(debounce) * time.Millisecond, Logger: s.log}, dw.emit)
-	cancel()
+	spec := base.Spec
+	spec.Limits = s.checkLimits(ctx, ref.WorkflowID, spec.Root, p.Limits)
+	w, err := drift.Watch(ctx, spec, base, drift.WatchOptions{Debounce: time.Duration(debounce) * time.Millisecond, Logger: s.log}, dw.emit)
 	if err != nil {
 		unreserve()
 		if errors.Is(err, drift.ErrRootNotFound) || errors.Is(err, drift.ErrRootNotDir) || errors.Is(err, drift.ErrInvalidSpec) {
 			return reply{}, invalidParams("sources.root", fmt.Sprintf("the sources of checkpoint %s cannot be watched: %v", ref.CheckpointID, err))
 		}
-		hint := ""
-		if strings.Contains(err.Error(), "too many open files") {
-			hint = " (inotify instances per user: fs.inotify.max_user_instances)"
+		if errors.Is(err, drift.ErrLimit) {
+			return reply{}, fingerprintError("sources", limitsField(p.Limits), spec.Root, err)
 		}
-		return reply{}, rpcError(CodeUnavailable, fmt.Sprintf("cannot watch %s: %v%s", base.Spec.Root, err, hint), map[string]string{"reason": err.Error()})
+		// The error says which limit ran out (open files, inotify instances or watches).
+		return reply{}, rpcError(CodeUnavailable, fmt.Sprintf("cannot watch %s: %v", base.Spec.Root, err), map[string]string{"reason": err.Error()})
 	}
 	dw.w = w
 	go dw.forward()

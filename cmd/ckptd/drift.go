@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
@@ -96,7 +97,9 @@ func checkpointDrift(ctx context.Context, st *store.Store, ref store.ManifestRef
 	if err != nil {
 		return rpc.DriftStatus{}, err
 	}
-	rep, _, err := rpc.CheckDrift(ctx, base, nil, log)
+	// The bounds of the workflow's configured sources apply, as in the daemon.
+	cfg, _ := st.WorkflowSources(ctx, ref.WorkflowID)
+	rep, _, err := rpc.CheckDrift(ctx, base, nil, rpc.ConfiguredLimits(cfg, base.Spec.Root), log)
 	if err != nil {
 		return rpc.DriftStatus{}, fmt.Errorf("checking %s: %w", base.Spec.Root, err)
 	}
@@ -130,6 +133,9 @@ func driftText(w io.Writer, ref store.ManifestRef, ds rpc.DriftStatus) error {
 	row("sources", fmt.Sprintf("%s (%s checked)", ds.Root, plural(ds.FilesChecked, "file", "files")))
 	if ds.Drifted {
 		row("drifted", fmt.Sprintf("yes: %d changed, %d added, %d deleted", len(ds.Changed), len(ds.Added), len(ds.Deleted)))
+		if len(ds.Unreadable) > 0 {
+			row("unreadable", strings.Join(ds.Unreadable, ", ")+" (could not be read: they may have changed)")
+		}
 	} else {
 		row("drifted", "no")
 	}
