@@ -458,21 +458,22 @@ func (w *Watcher) process(initial Batch) {
 				armed = true
 				continue
 			}
-			if again := w.flush(false); again > 0 {
+			if again := w.flush(false, false); again > 0 {
 				timer.Reset(again)
 				armed = true
 			}
 		case <-poll:
 			if len(w.unwatched) > 0 {
 				w.rescanQuiet("polling")
-			} else {
-				w.flush(true)
+			} else if again := w.flush(false, true); again > 0 && !armed {
+				timer.Reset(again)
+				armed = true
 			}
 		case r := <-w.reqs:
 			if len(w.unwatched) > 0 {
 				w.rescanQuiet("status requested")
 			}
-			w.flush(true)
+			w.flush(true, true)
 			select {
 			case <-w.stopped:
 				close(r.resp) // the caller answers ErrStopped
@@ -508,10 +509,11 @@ func (w *Watcher) send(b Batch) {
 	w.emit(b)
 }
 
-// flush processes the dirty paths (or a pending rescan). Not forced (timer), a tracked file
-// that vanished only moments ago is given a grace period (an editor may be mid-save); the
-// returned duration, if positive, is when to look again.
-func (w *Watcher) flush(forced bool) time.Duration {
+// flush processes the dirty paths (or a pending rescan), with retry the paths that could not
+// be read before. Not forced (timer, poll), a tracked file that vanished only moments ago is
+// given a grace period (an editor may be mid-save); the returned duration, if positive, is
+// when to look again.
+func (w *Watcher) flush(forced, retry bool) time.Duration {
 	w.dmu.Lock()
 	dirty := w.dirty
 	why := w.rescanWhy
@@ -528,7 +530,7 @@ func (w *Watcher) flush(forced bool) time.Duration {
 		w.rescan(why)
 		return 0
 	}
-	if forced && len(w.retry) > 0 {
+	if retry && len(w.retry) > 0 {
 		now := time.Now().UnixNano()
 		for p := range w.retry {
 			if _, ok := dirty[p]; !ok {
