@@ -225,12 +225,12 @@ func TestDriftSparseFile(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	writeFile(t, filepath.Join(src, "a.txt"), "a\n")
 	img := filepath.Join(src, "disk.img")
-	sparseFile(t, img, 2<<30)
+	sparseFile(t, img, 256<<20)
 	d := &noteDaemon{daemon: startDaemon(t, filepath.Join(dir, "c.db"))}
 	t0 := time.Now()
 	var saved struct{ Sources rpc.SourcesInfo }
 	d.call("checkpoint/save", map[string]any{"workflowId": "wf", "state": 1, "sources": map[string]any{"root": src}}, &saved)
-	t.Logf("2 GiB sparse file fingerprinted in %v", time.Since(t0))
+	t.Logf("256 MiB sparse file fingerprinted in %v", time.Since(t0))
 	assert.Equal(t, 2, saved.Sources.Files)
 	st := d.status(map[string]any{"workflowId": "wf"})
 	assert.False(t, st.Drifted)
@@ -241,14 +241,16 @@ func TestDriftSparseFile(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 	}
-	writeAt(make([]byte, 1<<20), 1<<29) // zeros over a hole: allocated now, same content
+	writeAt(make([]byte, 1<<20), 64<<20) // zeros over a hole: allocated now, same content
 	st = d.status(map[string]any{"workflowId": "wf"})
 	assert.False(t, st.Drifted, "%+v", st)
-	writeAt([]byte{1}, 3<<29)
+	writeAt([]byte{1}, 192<<20)
 	st = d.status(map[string]any{"workflowId": "wf"})
 	assert.Equal(t, []string{"disk.img"}, paths(st.Changed))
-	// a check is bounded like a save: drift/status takes limits
-	e := d.callErr("drift/status", map[string]any{"workflowId": "wf", "limits": map[string]any{"maxBytes": 1 << 30}})
+	// a check is bounded like a save: drift/status takes limits (the file changed again, so
+	// it must be hashed again)
+	writeAt([]byte{2}, 200<<20)
+	e := d.callErr("drift/status", map[string]any{"workflowId": "wf", "limits": map[string]any{"maxBytes": 128 << 20}})
 	assert.Equal(t, -32006, e.Code)
 	assert.Contains(t, e.Message, "limits.maxBytes")
 	assert.Equal(t, "maxBytes", dataOf(t, e).Limit)
@@ -315,7 +317,9 @@ func TestDriftWatchesWhenFileDescriptorsRunOut(t *testing.T) {
 				}
 			}
 			t.Logf("%d watches started, fd limit hit: %v", len(watches), sawFdLimit)
-			require.NotEmpty(t, watches)
+			if nofile >= 32 {
+				require.NotEmpty(t, watches)
+			}
 			for i, src := range srcs {
 				writeFile(t, filepath.Join(src, "agent.py"), fmt.Sprintf("edited %d\n", i))
 			}
