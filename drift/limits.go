@@ -28,7 +28,8 @@ const (
 // Every bound is checked while the tree is walked and while a file is hashed, so a scan stops
 // within milliseconds of reaching one (or of its context's cancellation).
 type Limits struct {
-	// MaxFiles bounds the files, symlinks and directories the scan records (default 1,000,000).
+	// MaxFiles bounds the files, symlinks and directories the scan records (default 1,000,000);
+	// a directory listing more names than that reaches it too.
 	MaxFiles int64 `json:"maxFiles,omitempty"`
 	// MaxBytes bounds the file content hashed: the size of every file read, holes of sparse
 	// files included (they are hashed as the zeros they read as, without being read from
@@ -126,7 +127,7 @@ type LimitError struct {
 	Root  string
 	Limit string // "maxFiles", "maxBytes" or "timeoutMs": the field of Limits
 	Value int64  // the bound
-	Path  string // maxBytes: the file that would have passed it
+	Path  string // maxBytes: the file that would have passed it; maxFiles: a directory listing more names
 }
 
 func (e *LimitError) Error() string {
@@ -134,6 +135,9 @@ func (e *LimitError) Error() string {
 	switch e.Limit {
 	case "maxFiles":
 		what = fmt.Sprintf("more than %d files, symlinks and directories", e.Value)
+		if e.Path != "" {
+			what = fmt.Sprintf("directory %s lists more than %d names", e.Path, e.Value)
+		}
 	case "maxBytes":
 		what = fmt.Sprintf("more than %d bytes of file content to hash", e.Value)
 		if e.Path != "" {

@@ -72,8 +72,20 @@ func TestScanLimits(t *testing.T) {
 			assert.Equal(t, tc.bound, le.Limit)
 		})
 	}
+	// a directory listing more names than the bound reaches it, even if few are selected:
+	// its listing alone would be held in memory
+	wide := map[string]string{}
+	for i := range 50 {
+		wide[fmt.Sprintf("w/f%02d", i)] = "x"
+	}
+	m, err := Scan(context.Background(), Spec{Root: mkTree(t, wide), Include: []string{"w/f0*"}, Limits: &Limits{MaxFiles: 20}}, nil, ScanOptions{})
+	var le *LimitError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, "maxFiles", le.Limit)
+	assert.Contains(t, err.Error(), "directory w/ lists more than 20 names")
+
 	// within the bounds: fine, and the bounds are not recorded in the manifest
-	m, err := Scan(context.Background(), Spec{Root: root, Limits: &Limits{MaxFiles: 400, MaxBytes: 400_000}}, nil, ScanOptions{})
+	m, err = Scan(context.Background(), Spec{Root: root, Limits: &Limits{MaxFiles: 400, MaxBytes: 400_000}}, nil, ScanOptions{})
 	require.NoError(t, err)
 	assert.Len(t, m.Entries, 300)
 	assert.Nil(t, m.Spec.Limits)

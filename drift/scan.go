@@ -399,13 +399,17 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 				hasIgnore = true
 			}
 			list = append(list, dent{name, typ})
-			// Stop listing a directory larger than the whole bound (the walk below fails on
-			// it), and when the scan ends.
+			// Stop listing when the scan ends, and a directory with more names than the
+			// whole bound: its listing alone would hold them all in memory.
 			return len(list) <= maxList && !ctl.stopped()
 		})
 	}
 	if err != nil {
 		unreadable(err)
+		return
+	}
+	if len(list) > maxList {
+		ctl.fail(&LimitError{Root: w.root, Limit: "maxFiles", Value: ctl.lim.MaxFiles, Path: dirKey(rel)})
 		return
 	}
 	if hasIgnore && w.m.spec.Gitignore {
