@@ -9,8 +9,9 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// fingerprintTimeout bounds the scan of a save's sources (and a drift check).
-const fingerprintTimeout = 2 * time.Minute
+// The scans of a save's sources, of a drift check and of a watch are bounded by the
+// drift.Limits of the sources (sources.limits, else the drift defaults), checked while files are
+// hashed, and end as soon as their context is cancelled.
 
 // Save stores a checkpoint with a fingerprint of its sources: sources (checked with
 // CheckSources), or when nil the sources configured for its workflow. It fingerprints them
@@ -72,18 +73,16 @@ func (e *Engine) fingerprint(ctx context.Context, req *store.SaveRequest, spec *
 			prev = nil
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
-	defer cancel()
 	opt := drift.ScanOptions{Logger: e.log}
 	var m *drift.Manifest
 	var err error
 	if prev != nil {
-		_, m, err = drift.Check(sctx, *spec, prev, drift.CheckOptions{ScanOptions: opt})
+		_, m, err = drift.Check(ctx, *spec, prev, drift.CheckOptions{ScanOptions: opt})
 	} else {
-		m, err = drift.Scan(sctx, *spec, nil, opt)
+		m, err = drift.Scan(ctx, *spec, nil, opt)
 	}
 	if err != nil {
-		ferr := fingerprintError("sources", spec.Root, err)
+		ferr := fingerprintError("sources", "sources.limits", spec.Root, err)
 		if configured { // never refuse the agent's save for its configured sources
 			e.log.Warn("configured sources cannot be fingerprinted; saving without", "workflowId", req.WorkflowID, "error", ferr.Error())
 			return &protocol.SourcesInfo{Root: spec.Root, Error: ferr.Error()}, nil

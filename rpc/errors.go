@@ -66,7 +66,7 @@ func goTypeName(t string) string {
 		return "boolean"
 	case strings.HasPrefix(t, "[]"):
 		return "array"
-	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "rpc."), strings.HasPrefix(t, "protocol."):
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "rpc."), strings.HasPrefix(t, "protocol."), strings.HasPrefix(t, "drift."):
 		return "object"
 	}
 	return t

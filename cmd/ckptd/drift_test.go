@@ -281,6 +281,11 @@ func TestDriftBadParams(t *testing.T) {
 		{"root not a string", map[string]any{"root": 7}, "sources.root", "expected string"},
 		{"bad glob", map[string]any{"root": src, "include": []string{"ok/**", "[bad"}}, "sources.include[1]", "not a valid glob"},
 		{"absolute pattern", map[string]any{"root": src, "exclude": []string{"/abs"}}, "sources.exclude[0]", "relative"},
+		{"include element not a string", map[string]any{"root": src, "include": []any{"ok/**", 1}}, "sources.include[1]", "expected string"},
+		{"exclude element not a string", map[string]any{"root": src, "exclude": []any{map[string]any{}}}, "sources.exclude[0]", "expected string"},
+		{"include not an array", map[string]any{"root": src, "include": "*.py"}, "sources.include", "expected array"},
+		{"limits not an object", map[string]any{"root": src, "limits": 5}, "sources.limits", "expected object"},
+		{"pseudo file system", map[string]any{"root": "/proc"}, "sources.root", "pseudo file system"},
 		{"array", []string{src}, "sources", "must be an object"},
 		{"string", src, "sources", "must be an object"},
 	} {
