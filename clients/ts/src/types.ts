@@ -96,7 +96,6 @@ export interface SourcesSpec {
   /** Default true. */
   gitignore?: boolean;
   editorFiles?: boolean;
-  [key: string]: unknown;
 }
 
 /** The source tree of a checkpoint: one spec (the server fingerprints one root per checkpoint). */
