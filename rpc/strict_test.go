@@ -3,8 +3,10 @@ package rpc
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 	"github.com/stretchr/testify/require"
@@ -196,4 +198,93 @@ func BenchmarkDecodeParams(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzStrictKeys checks the key walk against an independent oracle, encoding/json's token
+// stream, on checkpoint/save params: a body is accepted exactly when every top-level key is a
+// SaveParams name and every key of each object-valued "error" is message or retryable; when it
+// is refused, the field named is one of the offending keys (a long one shortened with "...").
+// User data (state, metadata, ...) may hold anything.
+//
+// Seeds: ../testdata/fuzz/FuzzStrictKeys.
+func FuzzStrictKeys(f *testing.F) {
+	for _, s := range loadFuzzSeeds(f, "../testdata/fuzz/FuzzStrictKeys") {
+		f.Add(s)
+	}
+	known := map[string]bool{}
+	for _, fl := range jsonFields(reflect.TypeOf(SaveParams{})) {
+		known[fl.Name] = true
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) || !utf8.Valid(b) {
+			return // the codec hands handlers valid UTF-8 JSON only
+		}
+		bad, isObject := oracleBadKeys(t, b, known)
+		err := checkParamKeys(b, &SaveParams{}, "")
+		if !isObject || len(bad) == 0 {
+			if err != nil {
+				t.Fatalf("%s: refused: %s", b, err.Message)
+			}
+			return
+		}
+		if err == nil {
+			t.Fatalf("%s: accepted with unknown %q", b, bad)
+		}
+		var d struct{ Field string }
+		if jerr := json.Unmarshal(*err.Data, &d); jerr != nil {
+			t.Fatal(jerr)
+		}
+		for _, k := range bad {
+			if k == d.Field || strings.HasSuffix(d.Field, "...") && strings.HasPrefix(k, strings.TrimSuffix(d.Field, "...")) {
+				return
+			}
+		}
+		t.Fatalf("%s: names %q, not one of %q", b, d.Field, bad)
+	})
+}
+
+// oracleBadKeys lists the keys of b (a checkpoint/save params object) that are not SaveParams
+// names, and those of object-valued "error"s that are not message or retryable.
+func oracleBadKeys(t *testing.T, b []byte, known map[string]bool) ([]string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	var bad []string
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := kt.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		if !known[k] {
+			bad = append(bad, k)
+			continue
+		}
+		if k != "error" {
+			continue
+		}
+		sub := json.NewDecoder(bytes.NewReader(v))
+		if tok, err := sub.Token(); err != nil || tok != json.Delim('{') {
+			continue
+		}
+		for sub.More() {
+			et, err := sub.Token()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ek := et.(string); ek != "message" && ek != "retryable" {
+				bad = append(bad, "error."+ek)
+			}
+			var skip json.RawMessage
+			if err := sub.Decode(&skip); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return bad, true
 }
