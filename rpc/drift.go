@@ -40,6 +40,9 @@ func parseSources(field string, raw json.RawMessage) (drift.Spec, *jsonrpc2.Erro
 		return drift.Spec{}, invalidParams(field, "must be an object {root, include?, exclude?, gitignore?}")
 	}
 	var spec drift.Spec
+	if perr := checkParamKeys(raw, &spec, field+"."); perr != nil {
+		return drift.Spec{}, perr
+	}
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {

@@ -98,7 +98,6 @@ export interface SourcesSpec {
   editorFiles?: boolean;
   /** Bounds of every scan of this tree (docs/protocol.md, "Bounds"). */
   limits?: DriftLimits;
-  [key: string]: unknown;
 }
 
 /**

@@ -1121,9 +1121,9 @@ class AsyncClient:
         return result  # type: ignore[no-any-return]
 
     async def drift_status(
-        self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None
+        self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None, namespace: Optional[str] = None
     ) -> Dict[str, Any]:
-        params = C.target_params(checkpoint_id, workflow_id, "drift_status")
+        params = C.target_params(checkpoint_id, workflow_id, "drift_status", namespace)
         result, _ = await self._request("drift/status", params)
         return result  # type: ignore[no-any-return]
 
@@ -1132,10 +1132,11 @@ class AsyncClient:
         *,
         workflow_id: Optional[str] = None,
         checkpoint_id: Optional[str] = None,
+        namespace: Optional[str] = None,
         debounce_ms: Optional[int] = None,
         callback: Optional[NotificationHandler] = None,
     ) -> Dict[str, Any]:
-        params = C.target_params(checkpoint_id, workflow_id, "drift_watch")
+        params = C.target_params(checkpoint_id, workflow_id, "drift_watch", namespace)
         C.put(params, "debounceMs", debounce_ms)
 
         def register(result: Any) -> None:
@@ -1217,7 +1218,7 @@ class AsyncWorkflow(_WorkflowBase):
         return AsyncStep(self, name, self._new_index(index), metadata)
 
     async def drift_status(self) -> Dict[str, Any]:
-        return await self.client.drift_status(workflow_id=self.workflow_id)
+        return await self.client.drift_status(workflow_id=self.workflow_id, namespace=self.namespace or None)
 
 
 class AsyncStep(_StepBase):

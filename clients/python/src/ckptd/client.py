@@ -1103,11 +1103,13 @@ class Client:
     # -----------------------------------------------------------------------------------------
     # Drift
 
-    def drift_status(self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None) -> Dict[str, Any]:
+    def drift_status(
+        self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None, namespace: Optional[str] = None
+    ) -> Dict[str, Any]:
         """``drift/status``: ``{drifted, changed, added, deleted: [{path, oldSize, newSize, oldHash,
         newHash}], filesChecked, elapsedMs, checkpointId, ...}`` for the sources recorded with a
-        workflow's latest checkpoint (or a given checkpoint)."""
-        params = C.target_params(checkpoint_id, workflow_id, "drift_status")
+        workflow's latest checkpoint (in ``namespace``, default ``""``) or a given checkpoint."""
+        params = C.target_params(checkpoint_id, workflow_id, "drift_status", namespace)
         result, _ = self._request("drift/status", params)
         return result  # type: ignore[no-any-return]
 
@@ -1116,12 +1118,13 @@ class Client:
         *,
         workflow_id: Optional[str] = None,
         checkpoint_id: Optional[str] = None,
+        namespace: Optional[str] = None,
         debounce_ms: Optional[int] = None,
         callback: Optional[NotificationHandler] = None,
     ) -> Dict[str, Any]:
         """``drift/watch``: returns ``{watchId}``; ``drift/changed`` notifications for it go to
         ``callback(method, params)`` (and to every notification handler)."""
-        params = C.target_params(checkpoint_id, workflow_id, "drift_watch")
+        params = C.target_params(checkpoint_id, workflow_id, "drift_watch", namespace)
         C.put(params, "debounceMs", debounce_ms)
 
         def register(result: Any) -> None:
