@@ -320,7 +320,13 @@ func TestCorruptionDetected(t *testing.T) {
 	require.NotNil(t, m.Error)
 	assert.Equal(t, -32005, m.Error.Code)
 	assert.Contains(t, string(m.Error.Data), `"corrupt"`)
-	d.shutdownWait()
+	// SQLite found the file damaged (at open): no more writes (TestDamagedDatabaseNotWritten),
+	// and the exit status says so.
+	e := d.callErr("checkpoint/save", map[string]any{"workflowId": "wf-pages", "state": map[string]any{}}, nil)
+	assert.Equal(t, -32006, e.Code)
+	d.call("shutdown", nil, nil, nil)
+	var ee *exec.ExitError
+	require.ErrorAs(t, waitExit(d.cmd, 20*time.Second), &ee)
 
 	// --- ckptd verify lists every corrupt checkpoint and exits 1
 	for _, tc := range []struct {

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
@@ -182,6 +183,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	serveErr := srv.Serve(ctx, e.stdin, e.stdout)
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, err)
+	}
+	if c := st.Condition(); c.Failed() { // what was acknowledged may be lost: say so in the exit status
+		return fmt.Errorf("stopped, database not written since %s: %s", c.Since.UTC().Format(time.RFC3339), c.Err())
 	}
 	log.Info("stopped cleanly")
 	return serveErr

@@ -95,6 +95,15 @@ type Store struct {
 	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	closeOnce  sync.Once
 	closeErr   error
+
+	// cond is set once the store stops writing (health.go); nil while it writes.
+	cond atomic.Pointer[store.Condition]
+	// files are the database file and WAL as opened (checkFiles).
+	files fileID
+	// immutable: opened read-only without locks around a full disk (openReadOnly).
+	immutable bool
+	// cancelCheck stops a background quick_check (checkAtOpen).
+	cancelCheck context.CancelFunc
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -178,6 +187,15 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		cd.Close()
 		return nil, err
 	}
+	if err := s.warmReadPool(ctx); err != nil {
+		s.closeConns()
+		cd.Close()
+		return nil, fmt.Errorf("open store %s: %w", abs, wrapDB("read", err))
+	}
+	s.recordFiles()
+	if fi, err := os.Stat(abs); err == nil && !created && fi.Size() > syncQuickCheckBytes {
+		s.checkInBackground()
+	}
 	s.writerWG.Add(1)
 	go s.writerLoop()
 	if !opts.noBackground {
@@ -185,7 +203,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		go s.checkpointLoop()
 		go s.idleLoop()
 	}
-	if s.ws == nil { // opened at an older schema (tests only): read-mostly
+	if s.ws == nil { // damaged, or opened at an older schema (tests only): read-mostly
 		return s, nil
 	}
 	if opts.NoCompactor {
@@ -334,6 +352,17 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	if err := checkSchema(ctx, s.wconn, s.retry); err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)
 	}
+	if !created {
+		if fi, err := os.Stat(s.path); err == nil && fi.Size() <= syncQuickCheckBytes {
+			if err := s.checkNow(ctx); err != nil {
+				return fmt.Errorf("open store %s: %w", s.path, err)
+			}
+		}
+	}
+	if !s.Condition().Writable() {
+		// Damaged: no journal-mode switch, no migration, no prepared writes; reads only.
+		return s.openReaders(busy, limit, sync, fullfsync)
+	}
 	var mode string
 	if err := s.retry(ctx, func() error { return s.wconn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode) }); err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, wrapDB("journal mode", err))
@@ -360,24 +389,70 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 			return fmt.Errorf("open store %s: %w", s.path, wrapDB("prepare", err))
 		}
 	}
+	return s.openReaders(busy, limit, sync, fullfsync)
+}
 
-	rdsn := s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, "")
-	if s.rdb, err = sql.Open("sqlite", rdsn); err != nil {
-		return fmt.Errorf("open store: %w", err)
+// openReaders opens the read pool and the WAL checkpointer's pool (connections come lazily).
+func (s *Store) openReaders(busy, limit, sync, fullfsync string) error {
+	var err error
+	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, ""), readPoolSize); err != nil {
+		return err
 	}
-	s.rdb.SetMaxOpenConns(readPoolSize)
-	s.rdb.SetMaxIdleConns(readPoolSize)
-	s.rdb.SetConnMaxLifetime(0)
-	s.rdb.SetConnMaxIdleTime(0)
+	s.cdb, err = s.openPool(s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)"}, ""), 1)
+	return err
+}
 
-	cdsn := s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)"}, "")
-	if s.cdb, err = sql.Open("sqlite", cdsn); err != nil {
-		return fmt.Errorf("open store: %w", err)
+// openPool opens a pool of at most n connections to dsn that are kept open for the store's
+// life. A new connection is refused once the database's path names another file or none
+// (checkFiles): it would open that other file, or fail.
+func (s *Store) openPool(dsn string, n int) (*sql.DB, error) {
+	probe, err := sql.Open("sqlite", dsn) // connects to nothing: only names the driver
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s.cdb.SetMaxOpenConns(1)
-	s.cdb.SetMaxIdleConns(1)
-	s.cdb.SetConnMaxLifetime(0)
-	s.cdb.SetConnMaxIdleTime(0)
+	drv := probe.Driver()
+	_ = probe.Close()
+	db := sql.OpenDB(&connector{s: s, dsn: dsn, drv: drv})
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	return db, nil
+}
+
+// warmReadPool opens every connection of the read pool now and reads through each, so that
+// each holds the database file and its WAL open: if the path is later deleted or replaced,
+// reads keep answering from the files this store opened.
+func (s *Store) warmReadPool(ctx context.Context) error {
+	txs := make([]*sql.Tx, 0, readPoolSize)
+	defer func() {
+		for _, tx := range txs {
+			_ = tx.Rollback()
+		}
+	}()
+	for range readPoolSize {
+		var tx *sql.Tx
+		err := s.retry(ctx, func() error {
+			var err error
+			if tx, err = s.rdb.BeginTx(ctx, nil); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			if isDamaged(err) {
+				s.observe(err)
+				return nil // reads will say what fails
+			}
+			return err
+		}
+		txs = append(txs, tx)
+	}
 	return nil
 }
 
@@ -437,7 +512,10 @@ func (s *Store) notifyPruned(workflowID string, ids []string, reason string) {
 // database file and closes it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.ws != nil && !s.opts.NoCompactor {
+		if s.cancelCheck != nil {
+			s.cancelCheck()
+		}
+		if s.ws != nil && !s.opts.NoCompactor && s.Condition().Writable() {
 			// Leave a compact database behind when that is quick; whatever is left waits for
 			// the next Open.
 			ctx, cancel := context.WithTimeout(context.Background(), closeCompactBudget)
@@ -453,7 +531,7 @@ func (s *Store) Close() error {
 		s.writerWG.Wait()
 		close(s.stopBG)
 		s.bgWG.Wait()
-		if s.wconn != nil {
+		if s.wconn != nil && s.Condition().Writable() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil && !isBusy(err) {
 				s.log.Warn("ckptd store: final WAL checkpoint failed", "err", err)
@@ -475,6 +553,7 @@ func (s *Store) retry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := f()
 		if err == nil || !isBusy(err) {
+			s.observe(err)
 			return err
 		}
 		if time.Since(start) > s.opts.giveUp {
