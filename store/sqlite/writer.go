@@ -319,6 +319,12 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			}
 		}
 	}
+	// Before committing: is the file still the one at the database's path? If not, roll back,
+	// so that not even this process reads what it refuses (runBatch checks again after the
+	// commit, for a file that goes away in between).
+	if err := s.checkFiles(); err != nil {
+		return err
+	}
 	if _, err := ws.commit.ExecContext(ctx); err != nil {
 		return err
 	}
