@@ -71,6 +71,9 @@ const (
 	// ReasonDiskFull: the disk was full when the database was opened, so it was opened
 	// read-only.
 	ReasonDiskFull = "disk full"
+	// ReasonReadOnly: the backend was opened read-only on purpose (a tool that only reads,
+	// such as ckptd recover reading a damaged database).
+	ReasonReadOnly = "opened read-only"
 )
 
 // UnavailableError is a write refused because of the backend's Condition: Reason is one of the

@@ -311,7 +311,7 @@ func (h Health) SettingsMap() map[string]string {
 // storage still answers them.
 type Condition struct {
 	// Reason is "" while writes are accepted, else one of the Reason constants (ReasonDamaged,
-	// ReasonRemoved, ReasonReplaced, ReasonDiskFull).
+	// ReasonRemoved, ReasonReplaced, ReasonDiskFull, ReasonReadOnly).
 	Reason string
 	// Detail says what was seen and what to do about it, for people.
 	Detail string
@@ -332,8 +332,11 @@ func (c Condition) Err() error {
 
 // Failed reports a condition in which data already acknowledged may be lost or unreadable (the
 // database is damaged, or its file is gone or replaced): a process exiting in it should say so
-// with its exit status. A disk that was full at open is not a failure: nothing was lost.
-func (c Condition) Failed() bool { return !c.Writable() && c.Reason != ReasonDiskFull }
+// with its exit status. A disk that was full at open, or a read-only open, is not a failure:
+// nothing was lost.
+func (c Condition) Failed() bool {
+	return !c.Writable() && c.Reason != ReasonDiskFull && c.Reason != ReasonReadOnly
+}
 
 // About names a backend and its database for people.
 type About struct {

@@ -56,6 +56,7 @@ func commands() []command {
 		{"export", "write a workflow to a portable archive", runExport},
 		{"import", "read a workflow from an archive", runImport},
 		{"stats", "database size, counts and largest workflows", runStats},
+		{"recover", "copy what still verifies out of a damaged database into a new one", runRecover},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) error {
 			fmt.Fprintf(e.stdout, "ckptd %s\n", version)
 			return nil

@@ -46,6 +46,7 @@ func testConditionWritable(t *testing.T, h *harness) {
 		{store.Condition{Reason: store.ReasonRemoved}, false, true},
 		{store.Condition{Reason: store.ReasonReplaced}, false, true},
 		{store.Condition{Reason: store.ReasonDiskFull}, false, false},
+		{store.Condition{Reason: store.ReasonReadOnly}, false, false},
 	} {
 		assert.Equal(t, c.writable, c.cond.Writable(), c.cond.Reason)
 		assert.Equal(t, c.fail, c.cond.Failed(), c.cond.Reason)
