@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/ckptd/ckptd/store"
 )
@@ -216,3 +219,21 @@ func (c *connector) Connect(context.Context) (driver.Conn, error) {
 }
 
 func (c *connector) Driver() driver.Driver { return c.drv }
+
+// diskFullBytes: less free space than this on the database's file system is a full disk (SQLite
+// needs 32 KiB for the WAL index alone, more for the WAL).
+const diskFullBytes = 1 << 20
+
+// diskFull reports whether err, from opening the database at path, comes from a full disk:
+// SQLITE_FULL, or storage failing (an I/O error growing the -shm or -wal file: "disk I/O error
+// (4874)") while the file system has next to no space left.
+func diskFull(path string, err error) bool {
+	if sqliteCode(err) == sqlite3.SQLITE_FULL {
+		return true
+	}
+	if sqliteCode(err) != sqlite3.SQLITE_IOERR && !errors.Is(err, store.ErrUnavailable) {
+		return false
+	}
+	free, ok := freeBytes(filepath.Dir(path))
+	return ok && free < diskFullBytes
+}

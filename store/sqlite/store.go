@@ -185,6 +185,13 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	if err := s.openConns(ctx, created); err != nil {
 		s.closeConns()
 		cd.Close()
+		if !created && diskFull(abs, err) {
+			// An existing database on a full disk (SQLite could not even size its WAL index):
+			// serve reads, refuse writes, say why.
+			return openReadOnly(ctx, opts, store.Condition{Reason: store.ReasonDiskFull, Since: time.Now(),
+				Detail: fmt.Sprintf("the disk holding %s was full when ckptd started (%v): it opened the database read-only "+
+					"and serves reads; free some space and restart ckptd to save again", abs, err)})
+		}
 		return nil, err
 	}
 	if err := s.warmReadPool(ctx); err != nil {
