@@ -230,18 +230,20 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// precheckFile makes sure path is either absent (then creates it 0600 and reports created) or a
-// plausible SQLite database. It reads the header before SQLite ever opens the file.
+// precheckFile makes sure path is either absent (then creates it 0600 and reports created), a
+// database that has not been written yet (reported as created), or a plausible SQLite database.
+// It reads the header before SQLite ever opens the file.
+//
+// A crash while a database is being created leaves an empty file (killed before SQLite wrote
+// its first page), or, after a power loss, one whose first page never reached the disk (all
+// zeros): neither holds anything, so either is a new database, not a damaged one. A file with a
+// header but no committed schema is handled once SQLite has opened it (initEmptySchema). A
+// non-empty WAL next to an empty file holds the database's first commits: SQLite reads them.
 func precheckFile(path string) (created bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
 		if err := f.Close(); err != nil {
 			return false, fmt.Errorf("open store: create %s: %w", path, err)
-		}
-		// Mark the empty file as ours until SQLite writes to it, so that another ckptd starting
-		// on the same new path at the same moment recognises it (utimensat: no descriptor).
-		if err := os.Chtimes(path, freshMark, freshMark); err != nil {
-			return false, fmt.Errorf("open store: mark %s: %w", path, err)
 		}
 		return true, nil
 	}
@@ -257,20 +259,9 @@ func precheckFile(path string) (created bool, err error) {
 	}
 	size := fi.Size()
 	if size == 0 {
-		// A brand-new database whose first commit still sits in the WAL is legitimately empty.
-		if wi, err := os.Stat(path + "-wal"); err == nil && wi.Size() > 0 {
-			return false, nil
-		}
-		// Another ckptd may have just created the file and not written its first page yet
-		// (two processes starting on a new DB at once). Give it a moment; a freshly created
-		// empty file is then opened normally (migrations are safe to race), an old one refused.
-		switch justCreated(path) {
-		case freshEmpty:
-			return true, nil // initialise it like a file we created (migrations are safe to race)
-		case freshGrown:
-			return precheckFile(path) // validate what the other ckptd wrote
-		}
-		return false, fmt.Errorf("open store: %s is an empty file, not a SQLite database (refusing to overwrite it)", path)
+		// Nothing written yet: a new database (another ckptd may be creating it at this very
+		// moment: migrations are safe to race), unless its first commits sit in the WAL.
+		return !walHoldsData(path), nil
 	}
 	f, err = os.Open(path)
 	if err != nil {
@@ -278,13 +269,26 @@ func precheckFile(path string) (created bool, err error) {
 	}
 	var hdr [100]byte
 	n, rerr := io.ReadFull(f, hdr[:])
-	_ = f.Close()
 	if rerr != nil && !errors.Is(rerr, io.ErrUnexpectedEOF) {
+		_ = f.Close()
 		return false, fmt.Errorf("open store: read header of %s: %w", path, rerr)
 	}
 	if n < 16 || !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
+		zero, err := allZero(f, size)
+		_ = f.Close()
+		if err != nil {
+			return false, fmt.Errorf("open store: read %s: %w", path, err)
+		}
+		if zero && !walHoldsData(path) && !sideHoldsData(path+"-journal") {
+			// Its first page never reached the disk: empty it and start over.
+			if err := os.Truncate(path, 0); err != nil {
+				return false, fmt.Errorf("open store: %s: %w", path, err)
+			}
+			return true, nil
+		}
 		return false, fmt.Errorf("open store: %s is not a SQLite database (bad header)", path)
 	}
+	_ = f.Close()
 	if n < 100 {
 		return false, fmt.Errorf("open store: %s is truncated (%d bytes)", path, size)
 	}
@@ -310,6 +314,32 @@ func precheckFile(path string) (created bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// maxZeroCheck: a file up to this size whose bytes are all zero is an unwritten new database.
+const maxZeroCheck = 64 << 10
+
+// allZero reports whether f (size bytes) is small and holds only zero bytes.
+func allZero(f *os.File, size int64) (bool, error) {
+	if size > maxZeroCheck {
+		return false, nil
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// sideHoldsData reports whether the file at path exists with content.
+func sideHoldsData(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Size() > 0
 }
 
 func (s *Store) dsn(pragmas []string, extra string) string {
@@ -369,6 +399,11 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	if !s.Condition().Writable() {
 		// Damaged: no journal-mode switch, no migration, no prepared writes; reads only.
 		return s.openReaders(busy, limit, sync, fullfsync)
+	}
+	if !created {
+		if err := s.initEmptySchema(ctx); err != nil {
+			return fmt.Errorf("open store %s: %w", s.path, err)
+		}
 	}
 	var mode string
 	if err := s.retry(ctx, func() error { return s.wconn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode) }); err != nil {
@@ -580,42 +615,5 @@ func (s *Store) retry(ctx context.Context, f func() error) error {
 		if delay < 200*time.Millisecond {
 			delay *= 2
 		}
-	}
-}
-
-// freshMark is the mtime ckptd gives a database file it has just created and not yet written.
-var freshMark = time.Unix(0, applicationID)
-
-type freshness int
-
-const (
-	notFresh   freshness = iota
-	freshEmpty           // still empty, marked by a ckptd
-	freshGrown           // gained content meanwhile
-)
-
-// justCreated tells whether an empty database file is a new one being set up by another ckptd:
-// it carries freshMark, or it gains content (or a WAL) within two seconds. Any other empty file
-// is refused: it may be the remains of something else.
-func justCreated(path string) freshness {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		cur, err := os.Stat(path)
-		if err != nil {
-			return notFresh
-		}
-		if cur.Size() > 0 {
-			return freshGrown
-		}
-		if wi, err := os.Stat(path + "-wal"); err == nil && wi.Size() > 0 {
-			return freshEmpty
-		}
-		if cur.ModTime().Equal(freshMark) {
-			return freshEmpty
-		}
-		if !time.Now().Before(deadline) {
-			return notFresh
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
