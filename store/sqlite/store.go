@@ -104,6 +104,8 @@ type Store struct {
 	immutable bool
 	// cancelCheck stops a background quick_check (checkAtOpen).
 	cancelCheck context.CancelFunc
+	// gate orders the write transactions of the processes sharing the database (gate_linux.go).
+	gate *writeGate
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -200,6 +202,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", abs, wrapDB("read", err))
 	}
 	s.recordFiles()
+	s.gate = openGate(abs)
 	if fi, err := os.Stat(abs); err == nil && !created && fi.Size() > syncQuickCheckBytes {
 		s.checkInBackground()
 	}
@@ -517,6 +520,9 @@ func (s *Store) closeConns() {
 			_ = db.Close()
 		}
 	}
+	// Last: closing another descriptor of the file would drop the POSIX locks SQLite's
+	// connections hold on it.
+	s.gate.close()
 }
 
 // Path is the absolute path of the database file.

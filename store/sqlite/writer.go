@@ -178,7 +178,11 @@ func (s *Store) runBatch(batch []*job) {
 	start := time.Now()
 	delay := time.Millisecond
 	for {
+		in := s.gate.enter() // take turns with the other processes writing to this database
 		err := s.tryBatchSafe(ctx, batch)
+		if in {
+			s.gate.leave()
+		}
 		if err == nil {
 			// Committed: acknowledge only if it went into the file at the database's path.
 			if ferr := s.checkFiles(); ferr != nil {
