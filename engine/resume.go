@@ -47,7 +47,7 @@ func (e *Engine) PlanResume(ctx context.Context, req ResumeRequest) (ResumePlan,
 	}
 	in, cp := g.Input, g.Checkpoint
 	rp := ResumePlan{Checkpoint: cp, Corrupt: g.Input.Corrupt}
-	if cp != nil { // sources recorded with the checkpoint: drift is a problem (engine/drift.go)
+	if cp != nil && !req.NoDrift { // sources recorded with the checkpoint: drift is a problem (engine/drift.go)
 		rp.Drift, in.Drift = e.planDrift(ctx, cp.CheckpointID)
 		in.DriftAsWarning = req.DriftAsWarning
 	}
@@ -63,6 +63,9 @@ type ResumeRequest struct {
 	WorkflowHash string // the caller's workflow hash; empty: not compared
 	// DriftAsWarning reports drift of the recorded sources as a warning, not a problem.
 	DriftAsWarning bool
+	// NoDrift plans without checking the recorded sources at all (no tree is read): what
+	// ckptd ls shows for every workflow.
+	NoDrift bool
 }
 
 // gathered is the input for Decide plus the checkpoint it was built from.

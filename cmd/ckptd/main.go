@@ -77,7 +77,10 @@ func run(ctx context.Context, e *env, args []string) int {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, rest = args[0], args[1:]
 	}
-	if name == "help" {
+	if name == "help" && len(rest) > 0 { // ckptd help COMMAND
+		return run(ctx, e, []string{rest[0], "--help"})
+	}
+	if name == "help" || len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		printUsage(e.stdout)
 		return exitOK
 	}
@@ -87,7 +90,10 @@ func run(ctx context.Context, e *env, args []string) int {
 		}
 		err := c.run(ctx, e, rest)
 		var ue usageError
+		var code exitStatus
 		switch {
+		case errors.As(err, &code):
+			return int(code)
 		case err == nil:
 			return exitOK
 		case errors.Is(err, errHelp):
@@ -119,5 +125,7 @@ func printUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'ckptd COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'ckptd COMMAND --help' (or 'ckptd help COMMAND') for a command's flags and examples;")
+	fmt.Fprintln(w, "'ckptd serve --help' for the sidecar's. Exit status: 0 ok, 1 a problem was found, 2 usage")
+	fmt.Fprintln(w, "(ckptd drift: 3 when no sources were recorded, so nothing could be compared).")
 }

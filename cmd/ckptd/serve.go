@@ -83,17 +83,6 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-func newFlagSet(e *env, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("ckptd "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprint(e.stderr, usage)
-		fmt.Fprintln(e.stderr, "\nflags:")
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
 // parseFlags parses args and maps flag errors to usage errors.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
