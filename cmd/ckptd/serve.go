@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ckptd/ckptd/rpc"
@@ -108,6 +110,12 @@ example:
 const serveGCPercent = 400
 
 func runServe(ctx context.Context, e *env, args []string) error {
+	// A client that dies closes the read ends of our stdout and stderr. Go's default for a write
+	// to a broken pipe on fd 1 or 2 is to die of SIGPIPE, losing the clean shutdown (WAL
+	// checkpoint, the exit status that says whether everything acknowledged is on disk). Ignored,
+	// the write fails with EPIPE instead: a reply that cannot be sent stops Serve, a log line that
+	// cannot be written is dropped. Set before the first log line (opening the database logs).
+	signal.Ignore(syscall.SIGPIPE)
 	var g globalFlags
 	fs := newFlagSet(e, "serve", serveUsage)
 	g.register(fs)
