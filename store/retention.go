@@ -209,6 +209,9 @@ func (s *Store) deleteWorkflow(ctx context.Context, w *wtx, workflowID string, d
 	if _, err := w.exec(ctx, `DELETE FROM writes WHERE workflow_id = ?`, workflowID); err != nil {
 		return nil, err
 	}
+	if err := deleteSagaRows(ctx, w, workflowID); err != nil { // store/saga.go
+		return nil, err
+	}
 	if dropRow {
 		res, err := w.exec(ctx, `DELETE FROM workflows WHERE workflow_id = ?`, workflowID)
 		if err != nil {
@@ -412,6 +415,11 @@ func (s *Store) ExpireIdle(ctx context.Context) (map[string][]string, error) {
 			return err
 		}
 		if err := rows.Err(); err != nil {
+			return err
+		}
+		// A workflow whose compensations are not all done, or with an unfinished rollback, is
+		// kept: expiry never deletes an undo that is still needed (store/saga.go).
+		if expired, err = withoutSagaHolds(ctx, w, expired); err != nil {
 			return err
 		}
 		for _, wf := range expired {

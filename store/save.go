@@ -205,6 +205,14 @@ func (s *Store) prepare(sj *saveJob) error {
 		}
 		sj.errJSON = b
 	}
+	var validation []byte
+	if r.Validation != nil {
+		b, err := encodeValidation(r.Validation)
+		if err != nil {
+			return err
+		}
+		validation = b
+	}
 	if r.CheckpointID == "" {
 		u, err := uuid.NewV7()
 		if err != nil {
@@ -259,6 +267,10 @@ func (s *Store) prepare(sj *saveJob) error {
 	for _, kv := range sj.meta {
 		h.str(kv[0])
 		h.str(kv[1])
+	}
+	if validation != nil { // absent: the digest of a save without one is unchanged
+		h.str(r.Validation.Status)
+		h.bytes(validation)
 	}
 	sj.contentHash = h.sum()
 	return nil
@@ -459,6 +471,11 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	}
 	if r.Manifest != nil {
 		if err := s.insertManifest(ctx, w, rowid, r.Manifest); err != nil {
+			return err
+		}
+	}
+	if r.Validation != nil {
+		if err := s.insertValidation(ctx, w, rowid, r.Validation); err != nil {
 			return err
 		}
 	}
