@@ -133,6 +133,13 @@ func (e *Engine) SaveStep(ctx context.Context, req store.SaveRequest, sources *d
 			if err != nil {
 				return StepSave{}, err
 			}
+			if !registered && req.CheckpointID != "" { // a repeat of a stored save: the store decides
+				saved, err := e.store.Summaries(ctx, []string{req.CheckpointID})
+				if err != nil {
+					return StepSave{}, err
+				}
+				_, registered = saved[req.CheckpointID]
+			}
 			if p := saga.CheckRequired(comp, string(phase), req.StepName, registered); p != nil {
 				return StepSave{}, &RequiredError{Problem: *p}
 			}
