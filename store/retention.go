@@ -285,6 +285,7 @@ func (s *Store) Prune(ctx context.Context, req PruneRequest) (PruneResult, error
 		}
 		type group struct {
 			wf    string
+			ns    string
 			ret   Retention
 			items []RetentionItem
 		}
@@ -305,7 +306,7 @@ func (s *Store) Prune(ctx context.Context, req PruneRequest) (PruneResult, error
 				if req.KeepLast > 0 || req.OlderThanSeconds > 0 {
 					r = Retention{KeepLast: req.KeepLast, MaxAgeSeconds: req.OlderThanSeconds, KeepFirst: r.KeepFirst}
 				}
-				cur = &group{wf: wf, ret: r}
+				cur = &group{wf: wf, ns: ns, ret: r}
 				curNS = ns
 				groups = append(groups, cur)
 			}
@@ -329,7 +330,11 @@ func (s *Store) Prune(ctx context.Context, req PruneRequest) (PruneResult, error
 		}
 		now := s.now()
 		for _, g := range groups {
-			for _, id := range SelectExpired(g.items, g.ret, now) {
+			expired, err := s.withoutRetentionHolds(ctx, w, g.wf, g.ns, SelectExpired(g.items, g.ret, now)) // store/saga.go
+			if err != nil {
+				return err
+			}
+			for _, id := range expired {
 				ok, err := s.deleteCheckpoint(ctx, w, rowids[id], id)
 				if err != nil {
 					return err

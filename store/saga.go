@@ -6,7 +6,9 @@ package store
 // are package saga's, applied by package engine; this file keeps the rows.
 //
 // Retention and the compensation log: checkpoint retention (keepLast, maxAge, prune) deletes
-// checkpoints only and never touches a compensation; idle expiry skips a workflow with a
+// checkpoints only and never touches a compensation, and it keeps the checkpoints a rollback
+// goes back to (retentionHolds): the newest one of each workflow and namespace whose validation
+// did not fail, and the target of an unfinished rollback; idle expiry skips a workflow with a
 // compensation not yet done or an unfinished rollback (withoutSagaHolds); deleting or
 // completing a workflow without preserve deletes its compensations and rollbacks with it
 // (deleteSagaRows); rollback/complete with prune deletes the rolled-back checkpoints and the
@@ -61,6 +63,65 @@ func withoutSagaHolds(ctx context.Context, w *wtx, wfs []string) ([]string, erro
 		}
 		if !held {
 			out = append(out, wf)
+		}
+	}
+	return out, nil
+}
+
+// retentionHolds returns the checkpoints of (wf, ns) retention must keep for rollbacks: the
+// newest whose validation did not fail (the target a failed validation recommends) and the
+// target of the unfinished rollback.
+func retentionHolds(ctx context.Context, w *wtx, wf, ns string) (map[string]bool, error) {
+	var good, target sql.NullString
+	err := w.queryRow(ctx, `SELECT (SELECT checkpoint_id FROM checkpoints INDEXED BY checkpoints_validation
+			WHERE workflow_id = ?1 AND namespace = ?2 AND validation_status IN ('passed', 'warning') ORDER BY seq DESC LIMIT 1),
+		(SELECT to_checkpoint_id FROM rollbacks WHERE workflow_id = ?1 AND namespace = ?2 AND completed_at IS NULL)`,
+		wf, ns).Scan(&good, &target)
+	if err != nil {
+		return nil, err
+	}
+	holds := map[string]bool{}
+	if good.Valid {
+		holds[good.String] = true
+	}
+	if target.Valid {
+		holds[target.String] = true
+	}
+	return holds, nil
+}
+
+// withoutRetentionHolds drops from ids (checkpoints of wf, ns retention selected) those it keeps
+// for rollbacks.
+func (s *Store) withoutRetentionHolds(ctx context.Context, w *wtx, wf, ns string, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return ids, nil
+	}
+	holds, err := retentionHolds(ctx, w, wf, ns)
+	if err != nil || len(holds) == 0 {
+		return ids, err
+	}
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !holds[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// refsWithoutRetentionHolds is withoutRetentionHolds for the keepLast fast path.
+func (s *Store) refsWithoutRetentionHolds(ctx context.Context, w *wtx, wf, ns string, refs []ckRef) ([]ckRef, error) {
+	if len(refs) == 0 {
+		return refs, nil
+	}
+	holds, err := retentionHolds(ctx, w, wf, ns)
+	if err != nil || len(holds) == 0 {
+		return refs, err
+	}
+	out := refs[:0:0]
+	for _, r := range refs {
+		if !holds[r.id] {
+			out = append(out, r)
 		}
 	}
 	return out, nil

@@ -432,7 +432,7 @@ func TestSagaRetentionKeepsNeededCompensations(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.Deleted)
 	clock.Advance(time.Hour)
-	mustSave(t, s, SaveRequest{WorkflowID: "wf"}) // maxAge retention: the older one goes
+	mustSave(t, s, SaveRequest{WorkflowID: "wf", Validation: validated("passed", 0.9)}) // maxAge: the older one goes
 	info, err = s.Workflow(ctx, "wf")
 	require.NoError(t, err)
 	assert.Equal(t, 1, info.Count)
@@ -549,4 +549,64 @@ func TestSagaMigrateFromV5(t *testing.T) {
 	assert.Equal(t, int64(1), c.AfterSeq)
 	res := mustSave(t, s, SaveRequest{WorkflowID: "wf", Validation: validated("failed", 0.2)})
 	assert.Equal(t, int64(2), res.Seq)
+}
+
+// TestSagaRetentionKeepsRollbackTargets: retention (after saves, keepLast alone or with maxAge,
+// and checkpoint/prune) keeps the newest checkpoint whose validation did not fail and the
+// target of an unfinished rollback: what a failed validation recommends rolling back to.
+func TestSagaRetentionKeepsRollbackTargets(t *testing.T) {
+	clock := newClock()
+	s := openTest(t, func(o *Options) {
+		o.Now = clock.Now
+		o.DefaultRetention = Retention{KeepLast: 2}
+	})
+	ctx := context.Background()
+	left := func() []string {
+		t.Helper()
+		sms, err := s.List(ctx, ListFilter{WorkflowID: "wf"})
+		require.NoError(t, err)
+		var ids []string
+		for _, sm := range sms {
+			ids = append(ids, sm.CheckpointID)
+		}
+		return ids
+	}
+	save := func(id string, v *Validation) {
+		t.Helper()
+		mustSave(t, s, SaveRequest{WorkflowID: "wf", CheckpointID: id, Validation: v})
+	}
+	save("c1", validated("passed", 0.9))
+	for _, id := range []string{"c2", "c3", "c4", "c5"} {
+		save(id, nil)
+	}
+	save("c6", validated("failed", 0.1))
+	assert.Equal(t, []string{"c6", "c5", "c1"}, left(), "keepLast 2, and the newest good one")
+	save("c7", validated("warning", 0.75))
+	assert.Equal(t, []string{"c7", "c6"}, left(), "c7 is the newest good one now")
+
+	// an unfinished rollback keeps its target, whatever its validation
+	_, _, err := s.BeginRollback(ctx, "wf", "", "c6", 6)
+	require.NoError(t, err)
+	save("c8", validated("failed", 0.1))
+	save("c9", nil)
+	assert.Equal(t, []string{"c9", "c8", "c7", "c6"}, left())
+	_, err = s.Configure(ctx, "wf", &Retention{KeepLast: 1, MaxAgeSeconds: 60})
+	require.NoError(t, err)
+	clock.Advance(time.Hour)
+	save("c10", nil)
+	assert.Equal(t, []string{"c10", "c7", "c6"}, left(), "the keepLast + maxAge path too")
+	res, err := s.Prune(ctx, PruneRequest{KeepLast: 1})
+	require.NoError(t, err)
+	assert.Zero(t, res.Deleted)
+	assert.Equal(t, []string{"c10", "c7", "c6"}, left(), "and checkpoint/prune")
+
+	// once the rollback is complete its target may go; the newest good one stays
+	r, err := s.LatestRollback(ctx, "wf", "")
+	require.NoError(t, err)
+	_, _, err = s.CompleteRollback(ctx, r.RollbackID, false)
+	require.NoError(t, err)
+	res, err = s.Prune(ctx, PruneRequest{KeepLast: 1})
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Deleted)
+	assert.Equal(t, []string{"c10", "c7"}, left())
 }

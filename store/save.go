@@ -534,7 +534,10 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r Ret
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	expired := SelectExpired(items, r, now)
+	expired, err := s.withoutRetentionHolds(ctx, w, wf, ns, SelectExpired(items, r, now)) // store/saga.go
+	if err != nil {
+		return nil, err
+	}
 	for _, id := range expired {
 		if _, err := s.deleteCheckpoint(ctx, w, rowids[id], id); err != nil {
 			return nil, err
@@ -552,6 +555,9 @@ func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r Rete
 	}
 	if r.KeepFirst && len(refs) > 0 {
 		refs = refs[:len(refs)-1] // newest first: the last one is the lowest seq
+	}
+	if refs, err = s.refsWithoutRetentionHolds(ctx, w, wf, ns, refs); err != nil { // store/saga.go
+		return nil, err
 	}
 	expired := make([]string, 0, len(refs))
 	for i := len(refs) - 1; i >= 0; i-- { // seq order, like SelectExpired
