@@ -6,7 +6,7 @@ protocol (docs/protocol.md) over stdin/stdout; states travel as raw frame attach
 
 from __future__ import annotations
 
-from ._common import DEFAULT_RETRYABLE, NO_STATE, Checkpoint, ResumePlan, __version__, find_binary
+from ._common import DEFAULT_RETRYABLE, NO_STATE, Checkpoint, CompensationAction, ResumePlan, __version__, find_binary
 from .aio import AsyncClient, AsyncStep, AsyncWorkflow
 from .client import Client
 from .errors import (
@@ -28,7 +28,7 @@ from .errors import (
     StorageUnavailable,
     TooLarge,
 )
-from .workflow import Step, Workflow
+from .workflow import RollbackFailed, Step, Workflow
 
 __all__ = [
     "__version__",
@@ -40,6 +40,8 @@ __all__ = [
     "AsyncStep",
     "Checkpoint",
     "ResumePlan",
+    "CompensationAction",
+    "RollbackFailed",
     "NO_STATE",
     "DEFAULT_RETRYABLE",
     "find_binary",
