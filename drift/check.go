@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"sort"
 	"strings"
@@ -29,6 +30,11 @@ type CheckOptions struct {
 // moved (or that were racy) to find added paths. It falls back to a full incremental Scan
 // when the rules may select different files (an ignore file changed, the spec differs from
 // the manifest's). It returns the report against base and the fresh manifest.
+//
+// It is bounded like Scan (spec.Limits, ctx). Paths whose current state could not be read (a
+// directory that cannot be searched or listed, a file that cannot be stat'ed) are listed in
+// the report's Unreadable, unless base could not read them either, and make it Drifted: a tree
+// that could not be read is never reported as unchanged.
 func Check(ctx context.Context, spec Spec, base *Manifest, opt CheckOptions) (Report, *Manifest, error) {
 	t0 := time.Now()
 	if base == nil {
@@ -42,6 +48,7 @@ func Check(ctx context.Context, spec Spec, base *Manifest, opt CheckOptions) (Re
 	if opt.Last != nil {
 		ref = opt.Last
 	}
+	ctl := newScanCtl(ctx, nspec.Root, nspec.Limits, opt.fault)
 	var reason string
 	var cur *Manifest
 	switch {
@@ -50,27 +57,87 @@ func Check(ctx context.Context, spec Spec, base *Manifest, opt CheckOptions) (Re
 	case !sameRules(ref.Spec, nspec):
 		reason = "sources spec differs from the manifest's"
 	default:
-		cur, reason, err = quickCheck(ctx, nspec, ref, opt.ScanOptions)
-		if err != nil {
-			return Report{}, nil, err
-		}
+		cur, reason, err = quickCheck(ctl, nspec, ref, opt.ScanOptions)
 	}
-	if reason != "" {
+	if err == nil && reason != "" {
 		opt.logger().Debug("drift check falls back to a full scan", "root", nspec.Root, "reason", reason)
-		cur, err = scanNormalized(ctx, nspec, ref, opt.ScanOptions)
-		if err != nil {
-			return Report{}, nil, err
-		}
+		ctl.restart()
+		cur, err = scanNormalized(ctl, nspec, ref, opt.ScanOptions)
+	}
+	if ferr := ctl.finish(); ferr != nil {
+		return Report{}, nil, ferr
+	}
+	if err != nil {
+		return Report{}, nil, err
 	}
 	rep := Diff(base, cur)
 	rep.FullScan = reason != ""
 	rep.Reason = reason
+	markUnreadable(&rep, base, ctl.unreadablePaths())
 	rep.Elapsed = time.Since(t0)
 	return rep, cur, nil
 }
 
+// markUnreadable adds to rep the paths that could not be read now, except those base could
+// not read either (a directory it recorded as unreadable, a file it recorded without a hash):
+// about them the checkpoint knows nothing that could have drifted. Base files below an
+// unreadable directory are not "deleted": their state is unknown. Anything unreadable left
+// makes the report Drifted.
+func markUnreadable(rep *Report, base *Manifest, paths []string) {
+	if len(paths) == 0 {
+		return
+	}
+	baseDir := make(map[string]int64, len(base.Dirs))
+	for _, d := range base.Dirs {
+		baseDir[d.Path] = d.MtimeNs
+	}
+	baseEntry := func(p string) *Entry {
+		i, ok := slices.BinarySearchFunc(base.Entries, p, func(e Entry, p string) int { return strings.Compare(e.Path, p) })
+		if !ok {
+			return nil
+		}
+		return &base.Entries[i]
+	}
+	var dirs []string // "x/" prefixes; "" for the root
+	below := func(p string) bool {
+		for _, d := range dirs {
+			if strings.HasPrefix(p, d) {
+				return true
+			}
+		}
+		return false
+	}
+	if i := slices.Index(paths, "./"); i > 0 { // the root first: it covers everything
+		paths = append([]string{"./"}, slices.Delete(slices.Clone(paths), i, i+1)...)
+	}
+	for _, p := range paths { // sorted: a directory comes before what is below it
+		if below(p) {
+			continue
+		}
+		if strings.HasSuffix(p, "/") {
+			rel := strings.TrimSuffix(p, "/")
+			if rel == "." {
+				rel = ""
+			}
+			if mt, ok := baseDir[rel]; ok && mt < 0 {
+				continue
+			}
+			dirs = append(dirs, strings.TrimPrefix(p, "./"))
+		} else if e := baseEntry(p); e != nil && e.Type == TypeFile && e.Hash == nil {
+			continue
+		}
+		rep.Unreadable = append(rep.Unreadable, p)
+	}
+	if len(dirs) > 0 {
+		rep.Deleted = slices.DeleteFunc(rep.Deleted, func(fc FileChange) bool { return below(fc.Path) })
+	}
+	if len(rep.Unreadable) > 0 {
+		rep.Drifted = true
+	}
+}
+
 type checker struct {
-	ctx  context.Context
+	ctl  *scanCtl
 	spec Spec
 	m    *matcher
 	ref  *Manifest
@@ -201,9 +268,12 @@ func (c *checker) abs(rel string) string {
 
 // quickCheck compares the disk with ref. A non-empty fallback means the caller must do a
 // full scan instead.
-func quickCheck(ctx context.Context, spec Spec, ref *Manifest, opt ScanOptions) (cur *Manifest, fallback string, err error) {
+func quickCheck(ctl *scanCtl, spec Spec, ref *Manifest, opt ScanOptions) (cur *Manifest, fallback string, err error) {
 	start := coarseNow()
-	c := &checker{ctx: ctx, spec: spec, m: newMatcher(spec), ref: ref, opt: opt, ctxs: map[string]*dirCtx{}}
+	c := &checker{ctl: ctl, spec: spec, m: newMatcher(spec), ref: ref, opt: opt, ctxs: map[string]*dirCtx{}}
+	if !ctl.addFiles(int64(len(ref.Entries) + len(ref.Dirs))) {
+		return nil, "", ctl.errNow()
+	}
 	dirOf := c.buildIndex()
 	if dirOf == nil {
 		return nil, "manifest has entries outside its directories", nil
@@ -230,7 +300,7 @@ func quickCheck(ctx context.Context, spec Spec, ref *Manifest, opt ScanOptions) 
 			defer wg.Done()
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(ref.Dirs) || ctx.Err() != nil || cw.fallback != "" {
+				if i >= len(ref.Dirs) || ctl.stopped() || cw.fallback != "" {
 					return
 				}
 				c.checkDir(cw, i)
@@ -238,8 +308,8 @@ func quickCheck(ctx context.Context, spec Spec, ref *Manifest, opt ScanOptions) 
 		}()
 	}
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, "", fmt.Errorf("drift check of %s: %w", spec.Root, err)
+	if err := ctl.errNow(); err != nil {
+		return nil, "", err
 	}
 	var missing []int32
 	var updated []updEntry
@@ -260,7 +330,7 @@ func quickCheck(ctx context.Context, spec Spec, ref *Manifest, opt ScanOptions) 
 
 	var newDirs []dirRec
 	if len(starts) > 0 {
-		w := newWalker(ctx, spec.Root, c.m, opt)
+		w := newWalker(ctl, spec.Root, c.m, opt)
 		w.reuse = c.subtreeReuse(missing)
 		res, err := w.run(starts)
 		if err != nil {
@@ -306,7 +376,7 @@ func (c *checker) subtreeReuse(missing []int32) func(rel string, st fileStat) (E
 	}
 	return func(rel string, st fileStat) (Entry, bool) {
 		e := byIno[st.ino]
-		if e == nil || !e.sameStat(st) || e.racy(c.ref.ScanStartNs) {
+		if e == nil || !e.reusable(st, c.ref.ScanStartNs) {
 			return Entry{}, false
 		}
 		ne := *e
@@ -405,11 +475,21 @@ func (c *checker) checkDir(cw *checkWorker, i int) {
 	if rec.Path != "" && c.quickDir(cw, rec, ents) {
 		return
 	}
+	ctl := c.ctl
+	unreadable := func(rel string, err error) {
+		if ctl.pathErr(rel, err) {
+			return
+		}
+		c.warn.add(fmt.Sprintf("%s: %v", rel, err))
+		ctl.noteUnreadable(rel)
+	}
 	var d *dirHandle
-	var err error
-	if rec.Path == "" {
+	err := ctl.inject(opOpenDir, rec.Path)
+	switch {
+	case err != nil:
+	case rec.Path == "":
 		d, err = openRoot(c.spec.Root)
-	} else {
+	default:
 		d, err = openDirPath(c.abs(rec.Path))
 	}
 	if err != nil {
@@ -418,13 +498,13 @@ func (c *checker) checkDir(cw *checkWorker, i int) {
 			cw.missing = append(cw.missing, ents...)
 			return
 		}
-		c.warn.add(fmt.Sprintf("%s/: %v", rec.Path, err))
+		unreadable(dirKey(rec.Path), err)
 		return
 	}
 	defer d.close()
 	st, err := d.stat()
 	if err != nil {
-		c.warn.add(fmt.Sprintf("%s/: %v", rec.Path, err))
+		unreadable(dirKey(rec.Path), err)
 		return
 	}
 	changed := rec.MtimeNs < 0 || st.mtime != rec.MtimeNs || st.ino != rec.Ino || rec.MtimeNs >= ref.ScanStartNs
@@ -436,18 +516,30 @@ func (c *checker) checkDir(cw *checkWorker, i int) {
 		prefix = 0
 	}
 	for _, j := range ents {
+		if ctl.stopped() {
+			return
+		}
 		e := &ref.Entries[j]
 		name := e.Path[prefix:]
-		est, err := d.lstatBuf(name, &cw.ws.nameBuf)
+		err := ctl.inject(opStat, e.Path)
+		var est fileStat
+		if err == nil {
+			est, err = d.lstatBuf(name, &cw.ws.nameBuf)
+		}
 		if err != nil {
-			if isNotExist(err) {
+			switch {
+			case isNotExist(err):
 				cw.missing = append(cw.missing, j)
-			} else {
-				c.warn.add(fmt.Sprintf("%s: %v", e.Path, err))
+			case errors.Is(err, fs.ErrPermission):
+				// The directory cannot be searched: none of its entries can be checked.
+				unreadable(dirKey(rec.Path), err)
+				return
+			default:
+				unreadable(e.Path, err)
 			}
 			continue
 		}
-		if e.sameStat(est) && !e.racy(ref.ScanStartNs) {
+		if e.reusable(est, ref.ScanStartNs) {
 			continue
 		}
 		ne, ok := c.fingerprint(cw, d, name, e.Path, est)
@@ -471,7 +563,7 @@ func (c *checker) checkDir(cw *checkWorker, i int) {
 		return k < len(subs) && ref.Dirs[subs[k]].Path[prefix:] == name
 	}
 	var dc *dirCtx
-	err = d.readDir(cw.ws.dirBuf, func(name string, typ uint8) {
+	visit := func(name string, typ uint8) {
 		if cw.fallback != "" {
 			return
 		}
@@ -522,13 +614,23 @@ func (c *checker) checkDir(cw *checkWorker, i int) {
 				}
 				return
 			}
+			if !ctl.addFiles(1) {
+				return
+			}
 			if ne, ok := c.fingerprint(cw, d, name, rel, est); ok {
 				cw.added = append(cw.added, ne)
 			}
 		}
-	})
+	}
+	err = ctl.inject(opReadDir, rec.Path)
+	if err == nil {
+		err = d.readDir(cw.ws.dirBuf, func(name string, typ uint8) bool {
+			visit(name, typ)
+			return cw.fallback == "" && !ctl.stopped()
+		})
+	}
 	if err != nil && !isNotExist(err) {
-		c.warn.add(fmt.Sprintf("%s/: %v", rec.Path, err))
+		unreadable(dirKey(rec.Path), err)
 	}
 }
 
@@ -619,8 +721,11 @@ func (c *checker) quickDir(cw *checkWorker, rec *Dir, ents []int32) bool {
 	}
 	for _, j := range ents {
 		e := &c.ref.Entries[j]
+		if c.ctl.fault != nil && c.ctl.inject(opStat, e.Path) != nil {
+			return false
+		}
 		est, err := c.root.lstatBuf(e.Path, &cw.ws.nameBuf)
-		if err != nil || !e.sameStat(est) || e.racy(c.ref.ScanStartNs) {
+		if err != nil || !e.reusable(est, c.ref.ScanStartNs) {
 			return false
 		}
 	}
@@ -632,9 +737,10 @@ func (c *checker) quickDir(cw *checkWorker, rec *Dir, ents []int32) bool {
 func (c *checker) fingerprint(cw *checkWorker, d *dirHandle, name, rel string, st fileStat) (Entry, bool) {
 	switch {
 	case st.isReg():
-		e, err := hashEntry(d, name, rel, cw.ws)
+		e, err := hashEntry(d, name, rel, cw.ws, c.ctl)
 		if err != nil {
-			if isNotExist(err) || isNotDirOrLink(err) || errors.Is(err, errNotRegular) {
+			if isNotExist(err) || isNotDirOrLink(err) || errors.Is(err, errNotRegular) ||
+				errors.Is(err, errScanStopped) || c.ctl.pathErr(rel, err) {
 				return Entry{}, false
 			}
 			c.warn.add(fmt.Sprintf("%s: %v", rel, err))
@@ -644,6 +750,10 @@ func (c *checker) fingerprint(cw *checkWorker, d *dirHandle, name, rel string, s
 	case st.isLink():
 		t, err := d.readlink(name)
 		if err != nil {
+			if !isNotExist(err) && !c.ctl.pathErr(rel, err) {
+				c.warn.add(fmt.Sprintf("%s: %v", rel, err))
+				c.ctl.noteUnreadable(rel)
+			}
 			return Entry{}, false
 		}
 		return entryFromStat(rel, st, nil, t), true

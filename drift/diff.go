@@ -31,6 +31,10 @@ type Report struct {
 	FullScan bool     `json:"fullScan,omitempty"`
 	Reason   string   `json:"reason,omitempty"`
 	Warnings []string `json:"warnings,omitempty"` // from the current manifest
+	// Unreadable: paths whose current state could not be read (a directory, "dir/" or "./"
+	// for the root, that could not be searched or listed; a file that could not be stat'ed).
+	// They may have changed, so a report with any is Drifted.
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
 // Diff compares two manifests (both sorted by path, as Scan/Check make them). A file whose

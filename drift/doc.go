@@ -14,7 +14,9 @@
 //   - Watch keeps the answer current from inotify (fsnotify) events, emitting a Batch per
 //     settled burst of changes, and answers Status from memory after a cookie sync.
 //   - MarshalManifest/UnmarshalManifest, EncodeEntry/DecodeEntry and EntryKey serialize
-//     manifests, whole or entry by entry for de-duplicated storage.
+//     manifests, whole or entry by entry for de-duplicated storage; EncodeManifest and
+//     DecodeStored put a manifest in the storage form ckptd's store keeps (a header plus
+//     content-addressed chunks of entries, stored.go) and read it back, checking every address.
 //
 // Racy entries: a file whose mtime or ctime is not older than the start of the scan that
 // hashed it (taken from the kernel's coarse clock, minus its resolution: file time stamps

@@ -126,12 +126,17 @@ func (m *Manifest) Validate() error {
 
 // fileStat is the part of struct stat we use.
 type fileStat struct {
-	mode  uint32 // full st_mode
-	size  int64
-	mtime int64
-	ctime int64
-	ino   uint64
+	mode   uint32 // full st_mode
+	size   int64
+	mtime  int64
+	ctime  int64
+	ino    uint64
+	dev    uint64
+	blocks int64 // 512-byte blocks allocated; -1 unknown
 }
+
+// sparse reports a file with fewer blocks allocated than its size needs: it has holes.
+func (s fileStat) sparse() bool { return s.blocks >= 0 && s.blocks*512 < s.size }
 
 func (s fileStat) isDir() bool  { return s.mode&sIFMT == sIFDIR }
 func (s fileStat) isReg() bool  { return s.mode&sIFMT == sIFREG }
@@ -148,6 +153,13 @@ func (e *Entry) sameStat(st fileStat) bool {
 	}
 	return e.Type == t && e.Size == st.size && e.MtimeNs == st.mtime && e.CtimeNs == st.ctime &&
 		e.Ino == st.ino && e.Mode == st.mode&0o7777
+}
+
+// reusable reports whether e's hash (or target) can stand for the file with stat st without
+// reading it again: same stat data, not racy against verifiedNs, and not a file that could
+// not be read then (its hash is missing: try again).
+func (e *Entry) reusable(st fileStat, verifiedNs int64) bool {
+	return e.sameStat(st) && !e.racy(verifiedNs) && (e.Type != TypeFile || e.Hash != nil)
 }
 
 // racy reports whether e was modified so close to (or after) the scan that verified it

@@ -19,6 +19,8 @@ import (
 type ScanOptions struct {
 	Workers int          // parallel walkers/hashers; 0 = GOMAXPROCS
 	Logger  *slog.Logger // nil = discard
+
+	fault faultFunc // tests: fault injection
 }
 
 func (o ScanOptions) workers() int {
@@ -42,19 +44,30 @@ const maxWarnings = 200
 // root) it is incremental like git's index: a file whose type, size, mtime, ctime, inode
 // and mode equal prev's entry, and that was not racy in prev (mtime/ctime before prev's
 // ScanStartNs), keeps prev's hash; every other file is hashed. Directories are walked
-// and files hashed in parallel; symlinks are recorded, never followed.
+// and files hashed in parallel; symlinks are recorded, never followed; mounts of pseudo
+// file systems below the root (proc, sysfs...) are skipped with a warning.
+//
+// The scan is bounded by spec.Limits (files, bytes hashed, time; checked while a file is
+// hashed too): past one it fails with a *LimitError (errors.Is ErrLimit). It ends within
+// milliseconds of ctx's cancellation. Running out of file descriptors or memory fails it
+// with an error matching ErrResource: a partial walk is not a fingerprint.
 func Scan(ctx context.Context, spec Spec, prev *Manifest, opt ScanOptions) (*Manifest, error) {
 	nspec, err := spec.normalized()
 	if err != nil {
 		return nil, err
 	}
-	return scanNormalized(ctx, nspec, prev, opt)
+	ctl := newScanCtl(ctx, nspec.Root, nspec.Limits, opt.fault)
+	m, err := scanNormalized(ctl, nspec, prev, opt)
+	if ferr := ctl.finish(); ferr != nil {
+		return nil, ferr
+	}
+	return m, err
 }
 
-func scanNormalized(ctx context.Context, spec Spec, prev *Manifest, opt ScanOptions) (*Manifest, error) {
+func scanNormalized(ctl *scanCtl, spec Spec, prev *Manifest, opt ScanOptions) (*Manifest, error) {
 	start := coarseNow()
 	m := newMatcher(spec)
-	w := newWalker(ctx, spec.Root, m, opt)
+	w := newWalker(ctl, spec.Root, m, opt)
 	if prev != nil && prev.Spec.Root == spec.Root && prev.Algorithm == AlgorithmBLAKE3 {
 		w.reuse = prevReuse(prev)
 	}
@@ -67,6 +80,7 @@ func scanNormalized(ctx context.Context, spec Spec, prev *Manifest, opt ScanOpti
 	if err != nil {
 		return nil, err
 	}
+	spec.Limits = nil // bounds are not rules: the manifest does not record them
 	man := &Manifest{
 		Version:     ManifestVersion,
 		Algorithm:   AlgorithmBLAKE3,
@@ -94,7 +108,7 @@ func prevReuse(prev *Manifest) func(rel string, st fileStat) (Entry, bool) {
 			return Entry{}, false
 		}
 		e := &prev.Entries[i]
-		if e.sameStat(st) && !e.racy(prev.ScanStartNs) {
+		if e.reusable(st, prev.ScanStartNs) {
 			return *e, true
 		}
 		return Entry{}, false
@@ -214,8 +228,9 @@ type walkResult struct {
 }
 
 type walker struct {
-	ctx     context.Context
+	ctl     *scanCtl
 	root    string
+	rootDev uint64
 	m       *matcher
 	log     *slog.Logger
 	reuse   func(rel string, st fileStat) (Entry, bool)
@@ -226,7 +241,6 @@ type walker struct {
 	all    []*workerState
 	wg     sync.WaitGroup
 	warn   warnings
-	failed atomic.Bool
 }
 
 type workerState struct {
@@ -239,8 +253,14 @@ type workerState struct {
 	rules   []Entry
 }
 
-func newWalker(ctx context.Context, root string, m *matcher, opt ScanOptions) *walker {
-	w := &walker{ctx: ctx, root: root, m: m, log: opt.logger(), workers: opt.workers()}
+func newWalker(ctl *scanCtl, root string, m *matcher, opt ScanOptions) *walker {
+	w := &walker{ctl: ctl, root: root, m: m, log: opt.logger(), workers: opt.workers()}
+	if d, err := openRoot(root); err == nil {
+		if st, err := d.stat(); err == nil {
+			w.rootDev = st.dev
+		}
+		d.close()
+	}
 	w.states = make(chan *workerState, w.workers)
 	for range w.workers {
 		s := &workerState{dirBuf: make([]byte, 32<<10), hashBuf: make([]byte, 128<<10), hasher: blake3.New()}
@@ -263,8 +283,8 @@ func (w *walker) run(starts []walkStart) (walkResult, error) {
 		w.spawn(func(ws *workerState) { w.walkDir(ws, s.ctx) })
 	}
 	w.wg.Wait()
-	if err := w.ctx.Err(); err != nil {
-		return walkResult{}, fmt.Errorf("drift scan of %s: %w", w.root, err)
+	if err := w.ctl.errNow(); err != nil {
+		return walkResult{}, err
 	}
 	var res walkResult
 	n := 0
@@ -291,7 +311,7 @@ func (w *walker) spawn(f func(ws *workerState)) {
 		defer w.wg.Done()
 		ws := <-w.states
 		defer func() { w.states <- ws }()
-		if w.ctx.Err() != nil {
+		if w.ctl.stopped() {
 			return
 		}
 		f(ws)
@@ -322,18 +342,29 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 	if w.onDir != nil {
 		w.onDir(rel)
 	}
+	ctl := w.ctl
+	// unreadable records a directory that could not be read as always-changed, so Check
+	// retries it, and as unreadable, so no one takes its absence for a deletion.
+	unreadable := func(err error) {
+		if ctl.pathErr(rel, err) {
+			return
+		}
+		w.warn.add(fmt.Sprintf("%s/: %v", rel, err))
+		ctl.noteUnreadable(dirKey(rel))
+		ws.dirs = append(ws.dirs, dirRec{Dir: Dir{Path: rel, MtimeNs: -1}, ctx: dc})
+	}
 	var d *dirHandle
-	var err error
-	if rel == "" {
+	err := ctl.inject(opOpenDir, rel)
+	switch {
+	case err != nil:
+	case rel == "":
 		d, err = openRoot(w.root)
-	} else {
+	default:
 		d, err = openDir(w.abs(rel))
 	}
 	if err != nil {
 		if !isNotExist(err) && !isNotDirOrLink(err) {
-			w.warn.add(fmt.Sprintf("%s/: %v", rel, err))
-			// Record it as always-changed so Check retries it.
-			ws.dirs = append(ws.dirs, dirRec{Dir: Dir{Path: rel, MtimeNs: -1}, ctx: dc})
+			unreadable(err)
 		}
 		return
 	}
@@ -342,7 +373,16 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 	defer sd.release()
 	st, err := d.stat()
 	if err != nil {
-		w.warn.add(fmt.Sprintf("%s/: %v", rel, err))
+		unreadable(err)
+		return
+	}
+	if st.dev != w.rootDev {
+		if fs := d.pseudoFS(); fs != "" {
+			w.warn.add(fmt.Sprintf("%s/: a %s pseudo file system, not fingerprinted", rel, fs))
+			return
+		}
+	}
+	if !ctl.addFiles(1) {
 		return
 	}
 	type dent struct {
@@ -351,15 +391,25 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 	}
 	var list []dent
 	hasIgnore := false
-	err = d.readDir(ws.dirBuf, func(name string, typ uint8) {
-		if name == ".gitignore" {
-			hasIgnore = true
-		}
-		list = append(list, dent{name, typ})
-	})
+	maxList := int(min(ctl.lim.MaxFiles, 1<<30))
+	err = ctl.inject(opReadDir, rel)
+	if err == nil {
+		err = d.readDir(ws.dirBuf, func(name string, typ uint8) bool {
+			if name == ".gitignore" {
+				hasIgnore = true
+			}
+			list = append(list, dent{name, typ})
+			// Stop listing when the scan ends, and a directory with more names than the
+			// whole bound: its listing alone would hold them all in memory.
+			return len(list) <= maxList && !ctl.stopped()
+		})
+	}
 	if err != nil {
-		w.warn.add(fmt.Sprintf("%s/: %v", rel, err))
-		ws.dirs = append(ws.dirs, dirRec{Dir: Dir{Path: rel, MtimeNs: -1}, ctx: dc})
+		unreadable(err)
+		return
+	}
+	if len(list) > maxList {
+		ctl.fail(&LimitError{Root: w.root, Limit: "maxFiles", Value: ctl.lim.MaxFiles, Path: dirKey(rel)})
 		return
 	}
 	if hasIgnore && w.m.spec.Gitignore {
@@ -392,6 +442,9 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 		})
 	}
 	for _, de := range list {
+		if ctl.stopped() {
+			return
+		}
 		typ := de.typ
 		var fst fileStat
 		haveStat := false
@@ -426,6 +479,9 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 		if ok, _ := w.m.child(dc, de.name, false); !ok {
 			continue
 		}
+		if !ctl.addFiles(1) {
+			return
+		}
 		if typ == dtReg && !haveStat && w.reuse == nil {
 			// Nothing to reuse: skip the lstat, hashEntry's fstat of the open file is the stat.
 			batch = append(batch, pendingFile{name: de.name})
@@ -438,8 +494,9 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 		if !haveStat {
 			fst, err = d.lstat(de.name)
 			if err != nil {
-				if !isNotExist(err) {
+				if !isNotExist(err) && !ctl.pathErr(joinRel(rel, de.name), err) {
 					w.warn.add(fmt.Sprintf("%s: %v", joinRel(rel, de.name), err))
+					ctl.noteUnreadable(joinRel(rel, de.name))
 				}
 				continue
 			}
@@ -453,8 +510,9 @@ func (w *walker) walkDir(ws *workerState, dc *dirCtx) {
 			}
 			target, err := d.readlink(de.name)
 			if err != nil {
-				if !isNotExist(err) {
+				if !isNotExist(err) && !ctl.pathErr(crel, err) {
 					w.warn.add(fmt.Sprintf("%s: %v", crel, err))
+					ctl.noteUnreadable(crel)
 				}
 				continue
 			}
@@ -492,11 +550,17 @@ func (w *walker) reused(rel string, st fileStat) (Entry, bool) {
 }
 
 func (w *walker) hashInto(ws *workerState, d *dirHandle, dirRel string, f pendingFile) {
+	if w.ctl.stopped() {
+		return
+	}
 	crel := joinRel(dirRel, f.name)
-	e, err := hashEntry(d, f.name, crel, ws)
+	e, err := hashEntry(d, f.name, crel, ws, w.ctl)
 	if err != nil {
-		if isNotExist(err) || isNotDirOrLink(err) || errors.Is(err, errNotRegular) {
+		if isNotExist(err) || isNotDirOrLink(err) || errors.Is(err, errNotRegular) || errors.Is(err, errScanStopped) {
 			return // deleted or replaced since it was listed; the directory's mtime moved
+		}
+		if w.ctl.pathErr(crel, err) {
+			return
 		}
 		w.warn.add(fmt.Sprintf("%s: %v", crel, err))
 		st := f.st
@@ -513,10 +577,20 @@ func (w *walker) hashInto(ws *workerState, d *dirHandle, dirRel string, f pendin
 // errNotRegular says a path we meant to hash is no longer a regular file.
 var errNotRegular = errors.New("not a regular file")
 
-// hashEntry opens name in d, fstats it and hashes its content. The stat recorded is the
-// one taken before reading, so a write during hashing shows up as a stat change (or a racy
-// entry) on the next check.
-func hashEntry(d *dirHandle, name, rel string, ws *workerState) (Entry, error) {
+// errScanStopped: hashing stopped because the scan is ending (its ctl says why).
+var errScanStopped = errors.New("scan stopped")
+
+// sparseMin is the smallest file worth the SEEK_DATA/SEEK_HOLE walk when it has holes.
+const sparseMin = 1 << 20
+
+// hashEntry opens name in d, fstats it and hashes its content: the st_size bytes the fstat
+// promised (a file that grows while it is hashed has moved its mtime, so the next check sees
+// it as changed). The stat recorded is the one taken before reading. The bytes are counted
+// against ctl's MaxBytes before the first read, and ctl is polled between reads.
+func hashEntry(d *dirHandle, name, rel string, ws *workerState, ctl *scanCtl) (Entry, error) {
+	if err := ctl.inject(opOpenFile, rel); err != nil {
+		return Entry{}, err
+	}
 	f, err := d.openFile(name)
 	if err != nil {
 		return Entry{}, err
@@ -529,27 +603,108 @@ func hashEntry(d *dirHandle, name, rel string, ws *workerState) (Entry, error) {
 	if !st.isReg() {
 		return Entry{}, errNotRegular
 	}
+	if !ctl.reserveBytes(st.size, rel) {
+		return Entry{}, errScanStopped
+	}
 	h := ws.hasher
 	h.Reset()
-	var total int64
-	for {
-		n, err := f.Read(ws.hashBuf)
+	if err := hashContent(f, st, rel, ws, ctl); err != nil {
+		return Entry{}, err
+	}
+	return entryFromStat(rel, st, Digest(h.Sum(make([]byte, 0, 32))), ""), nil
+}
+
+// hashContent writes f's first st.size bytes to ws.hasher.
+func hashContent(f *fileHandle, st fileStat, rel string, ws *workerState, ctl *scanCtl) error {
+	if st.size >= sparseMin && st.sparse() {
+		done, err := hashSparse(f, st.size, rel, ws, ctl)
+		if done || err != nil {
+			return err
+		}
+	}
+	h, buf := ws.hasher, ws.hashBuf
+	for total := int64(0); total < st.size; {
+		if ctl.stopped() {
+			return errScanStopped
+		}
+		if err := ctl.inject(opRead, rel); err != nil {
+			return err
+		}
+		n, err := f.Read(buf[:min(int64(len(buf)), st.size-total)])
 		if n > 0 {
-			_, _ = h.Write(ws.hashBuf[:n])
+			_, _ = h.Write(buf[:n])
 			total += int64(n)
 		}
 		if err == io.EOF {
-			break
+			break // it shrank since the fstat; so did its mtime move
 		}
 		if err != nil {
-			return Entry{}, err
-		}
-		if total == st.size && n < len(ws.hashBuf) {
-			// All the bytes the stat promised, in a short read: skip the read that would
-			// only say EOF. Bytes appended after the fstat move mtime, so the next check
-			// sees the file as changed.
-			break
+			return err
 		}
 	}
-	return entryFromStat(rel, st, Digest(h.Sum(make([]byte, 0, 32))), ""), nil
+	return nil
+}
+
+// hashSparse hashes a file with holes: the data extents are read (pread), the holes are
+// hashed as the zeros they read as without reading them, so the hash is that of the content
+// whatever is allocated. done=false: SEEK_DATA is not supported, nothing was hashed.
+func hashSparse(f *fileHandle, size int64, rel string, ws *workerState, ctl *scanCtl) (done bool, err error) {
+	h, buf := ws.hasher, ws.hashBuf
+	zeros := func(n int64) error {
+		clear(buf)
+		for n > 0 {
+			if ctl.stopped() {
+				return errScanStopped
+			}
+			k := min(int64(len(buf)), n)
+			_, _ = h.Write(buf[:k])
+			n -= k
+		}
+		return nil
+	}
+	for off := int64(0); off < size; {
+		data, err := f.seekData(off)
+		switch {
+		case err == nil:
+			data = min(data, size)
+		case isNoData(err):
+			data = size
+		case off == 0:
+			return false, nil
+		default:
+			return true, err
+		}
+		if err := zeros(data - off); err != nil {
+			return true, err
+		}
+		if data >= size {
+			break
+		}
+		hole, err := f.seekHole(data)
+		if err != nil {
+			return true, err
+		}
+		hole = min(max(hole, data+1), size)
+		for p := data; p < hole; {
+			if ctl.stopped() {
+				return true, errScanStopped
+			}
+			if err := ctl.inject(opRead, rel); err != nil {
+				return true, err
+			}
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), hole-p)], p)
+			if n > 0 {
+				_, _ = h.Write(buf[:n])
+				p += int64(n)
+			}
+			if err == io.EOF {
+				return true, nil // it shrank since the fstat; so did its mtime move
+			}
+			if err != nil {
+				return true, err
+			}
+		}
+		off = hole
+	}
+	return true, nil
 }

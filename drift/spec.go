@@ -20,8 +20,14 @@ var (
 	ErrRootNotFound = errors.New("source root does not exist")
 	// ErrRootNotDir: the root exists but is not a directory.
 	ErrRootNotDir = errors.New("source root is not a directory")
+	// ErrRootPseudoFS: the root is on a pseudo file system (/proc, /sys, /dev...), whose
+	// files are generated, endless or devices: not sources.
+	ErrRootPseudoFS = errors.New("source root is on a pseudo file system")
 	// ErrClosed: the Watcher was closed.
 	ErrClosed = errors.New("drift watcher closed")
+	// ErrStopped: the Watcher stopped by itself (a resource ran out, a bound was reached);
+	// the error wraps the reason.
+	ErrStopped = errors.New("drift watch stopped")
 )
 
 // Spec says which files of a tree are fingerprinted.
@@ -42,17 +48,47 @@ type Spec struct {
 	Exclude     []string `json:"exclude,omitempty"`
 	Gitignore   bool     `json:"gitignore"`
 	EditorFiles bool     `json:"editorFiles,omitempty"`
+	// Limits bound the scans of this spec (nil: the defaults). They are not part of the rules:
+	// manifests do not record them.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
-// UnmarshalJSON decodes a spec, defaulting "gitignore" to true when absent.
+// UnmarshalJSON decodes a spec, defaulting "gitignore" to true when absent. A type error in
+// an element of include or exclude names it with its index ("include[1]"), as Validate does.
 func (s *Spec) UnmarshalJSON(b []byte) error {
 	type plain Spec
 	p := plain{Gitignore: true}
 	if err := json.Unmarshal(b, &p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && (te.Field == "include" || te.Field == "exclude") {
+			if f := elementAtFault(b, te.Field); f != "" {
+				te.Field = f
+			}
+		}
 		return err
 	}
 	*s = Spec(p)
 	return nil
+}
+
+// elementAtFault returns "field[i]" for the first element of b's array field that is not a
+// string ("" if the field is not an array).
+func elementAtFault(b []byte, field string) string {
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(b, &raw) != nil {
+		return ""
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(raw[field], &elems) != nil {
+		return ""
+	}
+	for i, e := range elems {
+		var str string
+		if json.Unmarshal(e, &str) != nil {
+			return fmt.Sprintf("%s[%d]", field, i)
+		}
+	}
+	return ""
 }
 
 // Validate checks the patterns and that Root is an existing directory (a symlink to one is
@@ -86,7 +122,10 @@ func (s Spec) validatePatterns() error {
 	if err := check("include", s.Include); err != nil {
 		return err
 	}
-	return check("exclude", s.Exclude)
+	if err := check("exclude", s.Exclude); err != nil {
+		return err
+	}
+	return s.Limits.Validate()
 }
 
 // resolveRoot returns the absolute, cleaned root and checks it is a directory.
@@ -105,7 +144,29 @@ func (s Spec) resolveRoot() (string, error) {
 	if !fi.IsDir() {
 		return "", fmt.Errorf("%w: %s", ErrRootNotDir, abs)
 	}
+	if err := checkNotPseudo(abs); err != nil {
+		return "", err
+	}
 	return abs, nil
+}
+
+// checkNotPseudo refuses a root on a pseudo file system: by its statfs magic (Linux), and by
+// its real path for /proc, /sys and /dev, whatever is mounted there (in a container /dev is
+// often a tmpfs, which statfs cannot tell from a real one).
+func checkNotPseudo(abs string) error {
+	if name := pseudoFSName(abs); name != "" {
+		return fmt.Errorf("%w (%s): %s is not a source tree", ErrRootPseudoFS, name, abs)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		real = abs
+	}
+	for _, p := range [...]string{"/proc", "/sys", "/dev"} {
+		if real == p || strings.HasPrefix(real, p+"/") {
+			return fmt.Errorf("%w (%s): %s is not a source tree", ErrRootPseudoFS, p, abs)
+		}
+	}
+	return nil
 }
 
 // normalized returns the spec with an absolute root, as recorded in a manifest.
@@ -121,6 +182,10 @@ func (s Spec) normalized() (Spec, error) {
 	n.Root = root
 	n.Include = slices.Clone(s.Include)
 	n.Exclude = slices.Clone(s.Exclude)
+	if s.Limits != nil {
+		l := *s.Limits
+		n.Limits = &l
+	}
 	return n, nil
 }
 

@@ -4,7 +4,10 @@ package drift
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -65,11 +68,13 @@ func (d *dirHandle) close() { _ = unix.Close(d.fd) }
 
 func fillStat(st *unix.Stat_t) fileStat {
 	return fileStat{
-		mode:  st.Mode,
-		size:  st.Size,
-		mtime: st.Mtim.Nano(),
-		ctime: st.Ctim.Nano(),
-		ino:   st.Ino,
+		mode:   st.Mode,
+		size:   st.Size,
+		mtime:  st.Mtim.Nano(),
+		ctime:  st.Ctim.Nano(),
+		ino:    st.Ino,
+		dev:    st.Dev,
+		blocks: st.Blocks,
 	}
 }
 
@@ -150,8 +155,9 @@ const (
 	dtLnk     = unix.DT_LNK
 )
 
-// readDir calls fn for every entry of d except "." and "..". buf is scratch space.
-func (d *dirHandle) readDir(buf []byte, fn func(name string, typ uint8)) error {
+// readDir calls fn for every entry of d except "." and "..", until fn returns false. buf is
+// scratch space.
+func (d *dirHandle) readDir(buf []byte, fn func(name string, typ uint8) bool) error {
 	fd := d.fd
 	if d.pathOnly {
 		var err error
@@ -193,7 +199,9 @@ func (d *dirHandle) readDir(buf []byte, fn func(name string, typ uint8)) error {
 			if len(nameb) == 1 && nameb[0] == '.' || len(nameb) == 2 && nameb[0] == '.' && nameb[1] == '.' {
 				continue
 			}
-			fn(string(nameb), typ)
+			if !fn(string(nameb), typ) {
+				return nil
+			}
 		}
 	}
 }
@@ -226,6 +234,9 @@ func isNotExist(err error) bool {
 
 func isNoSpace(err error) bool { return errors.Is(err, unix.ENOSPC) }
 
+// isNoData reports SEEK_DATA's "no data past this offset".
+func isNoData(err error) bool { return errors.Is(err, unix.ENXIO) }
+
 // isNotDirOrLink reports an open of a path that is no longer a plain directory.
 func isNotDirOrLink(err error) bool {
 	return errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
@@ -239,4 +250,145 @@ func lstatPath(path string) (fileStat, error) {
 		return fileStat{}, err
 	}
 	return fillStat(&st), nil
+}
+
+// --- pseudo file systems, sparse files, resource errors ---------------------------------------
+
+// fsNameOfMagic names the pseudo file systems ckptd never fingerprints ("" for any other):
+// their files are generated on read (sizes lie, reads may never end) or are not files.
+func fsNameOfMagic(magic int64) string {
+	switch uint32(magic) {
+	case unix.PROC_SUPER_MAGIC:
+		return "proc"
+	case unix.SYSFS_MAGIC:
+		return "sysfs"
+	case unix.DEVPTS_SUPER_MAGIC:
+		return "devpts"
+	case unix.CGROUP_SUPER_MAGIC:
+		return "cgroup"
+	case unix.CGROUP2_SUPER_MAGIC:
+		return "cgroup2"
+	case unix.DEBUGFS_MAGIC:
+		return "debugfs"
+	case unix.TRACEFS_MAGIC:
+		return "tracefs"
+	case unix.SECURITYFS_MAGIC:
+		return "securityfs"
+	case unix.PSTOREFS_MAGIC:
+		return "pstore"
+	case unix.BPF_FS_MAGIC:
+		return "bpf"
+	case unix.BINFMTFS_MAGIC:
+		return "binfmt_misc"
+	case unix.SELINUX_MAGIC:
+		return "selinuxfs"
+	case unix.SMACK_MAGIC:
+		return "smackfs"
+	case unix.EFIVARFS_MAGIC:
+		return "efivarfs"
+	case unix.NSFS_MAGIC:
+		return "nsfs"
+	case 0x62656570: // CONFIGFS_MAGIC
+		return "configfs"
+	case 0x65735543: // FUSE_CTL_SUPER_MAGIC
+		return "fusectl"
+	case 0x19800202: // MQUEUE_MAGIC
+		return "mqueue"
+	}
+	return ""
+}
+
+// pseudoFSName returns the pseudo file system path is on, or "".
+func pseudoFSName(path string) string {
+	var sf unix.Statfs_t
+	if _, err := retry(func() (int, error) { return 0, unix.Statfs(path, &sf) }); err != nil {
+		return ""
+	}
+	return fsNameOfMagic(int64(sf.Type))
+}
+
+// pseudoFS returns the pseudo file system d is on, or "".
+func (d *dirHandle) pseudoFS() string {
+	var sf unix.Statfs_t
+	if _, err := retry(func() (int, error) { return 0, unix.Fstatfs(d.fd, &sf) }); err != nil {
+		return ""
+	}
+	return fsNameOfMagic(int64(sf.Type))
+}
+
+// seekData returns the offset of the first data at or after off (unix.ENXIO past the
+// last data).
+func (f *fileHandle) seekData(off int64) (int64, error) {
+	return retry(func() (int64, error) { return unix.Seek(f.fd, off, unix.SEEK_DATA) })
+}
+
+// seekHole returns the offset of the first hole at or after off (the size at the end).
+func (f *fileHandle) seekHole(off int64) (int64, error) {
+	return retry(func() (int64, error) { return unix.Seek(f.fd, off, unix.SEEK_HOLE) })
+}
+
+// ReadAt is pread.
+func (f *fileHandle) ReadAt(p []byte, off int64) (int, error) {
+	n, err := retry(func() (int, error) { return unix.Pread(f.fd, p, off) })
+	if n < 0 {
+		n = 0
+	}
+	if n == 0 && err == nil && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// isResource reports an error that says the process (or the system) ran out of something:
+// it says nothing about the tree, and a scan that met it is not a fingerprint of the tree.
+func isResource(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) ||
+		errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOBUFS)
+}
+
+// resourceHint says which limit a resource error hit (" (...)"), or "".
+func resourceHint(err error) string {
+	switch {
+	case errors.Is(err, unix.EMFILE):
+		var rl unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
+			return fmt.Sprintf(" (this process has reached its limit of open files, RLIMIT_NOFILE = %d: raise ulimit -n)", rl.Cur)
+		}
+		return " (this process has reached its limit of open files: raise ulimit -n)"
+	case errors.Is(err, unix.ENFILE):
+		return " (the system-wide limit of open files is reached: fs.file-max)"
+	case errors.Is(err, unix.ENOMEM), errors.Is(err, unix.ENOBUFS):
+		return " (out of kernel memory)"
+	case errors.Is(err, unix.ENOSPC):
+		return " (inotify watch limit, fs.inotify.max_user_watches)"
+	}
+	return ""
+}
+
+// inotifyInitHint explains a failed inotify_init1. EMFILE means either that this user has
+// all the inotify instances it may have (fs.inotify.max_user_instances) or that this process
+// has all the file descriptors it may have (RLIMIT_NOFILE): opening a file tells which.
+func inotifyInitHint(err error) string {
+	return inotifyInitHintProbe(err, func() error {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			_ = unix.Close(fd)
+		}
+		return err
+	})
+}
+
+// inotifyInitHintProbe is inotifyInitHint with the probe that opens a file.
+func inotifyInitHintProbe(err error, probe func() error) string {
+	if !errors.Is(err, unix.EMFILE) {
+		return resourceHint(err)
+	}
+	if perr := probe(); !errors.Is(perr, unix.EMFILE) {
+		n := ""
+		if b, rerr := os.ReadFile("/proc/sys/fs/inotify/max_user_instances"); rerr == nil {
+			n = " = " + strings.TrimSpace(string(b))
+		}
+		return " (this user has all the inotify instances it may have: fs.inotify.max_user_instances" + n + ")"
+	}
+	return resourceHint(err)
 }

@@ -85,7 +85,7 @@ const (
 	dtLnk     = 10
 )
 
-func (d *dirHandle) readDir(_ []byte, fn func(name string, typ uint8)) error {
+func (d *dirHandle) readDir(_ []byte, fn func(name string, typ uint8) bool) error {
 	f, err := os.Open(d.path)
 	if err != nil {
 		return err
@@ -105,7 +105,9 @@ func (d *dirHandle) readDir(_ []byte, fn func(name string, typ uint8)) error {
 			case t&fs.ModeType != 0:
 				continue
 			}
-			fn(e.Name(), typ)
+			if !fn(e.Name(), typ) {
+				return nil
+			}
 		}
 		if err == io.EOF {
 			return nil
@@ -143,7 +145,7 @@ func statOf(fi fs.FileInfo) fileStat {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		m |= sIFLNK
 	}
-	return fileStat{mode: m, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	return fileStat{mode: m, size: fi.Size(), mtime: fi.ModTime().UnixNano(), blocks: -1}
 }
 
 func statPath(p string, follow bool) (fileStat, error) {
@@ -172,6 +174,34 @@ func isNotExist(err error) bool {
 
 func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 
+func isNoData(error) bool { return false }
+
 func isNotDirOrLink(err error) bool {
 	return errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP)
 }
+
+func pseudoFSName(string) string      { return "" }
+func (d *dirHandle) pseudoFS() string { return "" }
+
+// errNoSeekData: no SEEK_DATA here; sparse files are read like any other.
+var errNoSeekData = errors.New("SEEK_DATA not supported")
+
+func (f *fileHandle) seekData(int64) (int64, error)           { return 0, errNoSeekData }
+func (f *fileHandle) seekHole(int64) (int64, error)           { return 0, errNoSeekData }
+func (f *fileHandle) ReadAt(p []byte, off int64) (int, error) { return f.f.ReadAt(p, off) }
+
+func isResource(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM)
+}
+
+func resourceHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return " (this process has reached its limit of open files: raise ulimit -n)"
+	case errors.Is(err, syscall.ENFILE):
+		return " (the system-wide limit of open files is reached)"
+	}
+	return ""
+}
+
+func inotifyInitHint(err error) string { return resourceHint(err) }

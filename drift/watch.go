@@ -44,6 +44,10 @@ type Batch struct {
 	// inotify overflow, watch limit, ignore rules changed); Reason says which.
 	Rescan bool   `json:"rescan,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Stopped: the watch could not go on (file descriptors or memory ran out, inotify failed,
+	// the tree grew past its Limits; Reason says which) and this is its last batch. Status
+	// and Manifest answer an error matching ErrStopped from then on.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // WatchOptions tune Watch.
@@ -58,6 +62,7 @@ type WatchOptions struct {
 	Workers      int // 0 = GOMAXPROCS
 
 	addWatch func(path string) error // tests: replaces fsnotify's Add (to simulate ENOSPC)
+	fault    faultFunc               // tests: fault injection at every resource-using step
 }
 
 // Watcher keeps a tree's drift against a base manifest up to date from inotify events.
@@ -71,6 +76,15 @@ type Watcher struct {
 	fsw   *fsnotify.Watcher
 	grace time.Duration
 
+	// ctx bounds the watch's own scans: Close cancels it, so a rescan in progress ends
+	// within milliseconds.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// stopped is closed when the watch stopped by itself (stopErr says why).
+	stopped  chan struct{}
+	stopOnce sync.Once
+	stopErr  error
+
 	cookieDir string
 	cookieSeq atomic.Uint64
 	cookieMu  sync.Mutex
@@ -82,6 +96,7 @@ type Watcher struct {
 	lastEvent    int64
 	firstPending int64
 	rescanWhy    string
+	fatal        error // the event loop cannot go on: stop the watch
 	kick         chan struct{}
 
 	inject chan error // tests: errors injected into the event loop
@@ -96,6 +111,10 @@ type Watcher struct {
 	drift     map[string]bool
 	unwatched map[string]error // directories whose watch could not be added
 	warn      []string
+	// retry holds paths that could not be read (a directory that could not be listed, a file
+	// that could not be hashed): they are looked at again at every Status and poll, so the
+	// state catches up once they are readable.
+	retry map[string]bool
 }
 
 type wentry struct {
@@ -159,17 +178,29 @@ func Watch(ctx context.Context, spec Spec, base *Manifest, opt WatchOptions, emi
 		inject:  make(chan error, 1),
 		reqs:    make(chan request),
 		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
 		drift:   map[string]bool{},
+		retry:   map[string]bool{},
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
 	}
 	w.grace = min(max(3*opt.Debounce, 30*time.Millisecond), 250*time.Millisecond)
-	w.fsw, err = fsnotify.NewBufferedWatcher(4096)
+	err = w.injectFault(opInotifyInit, nspec.Root)
+	if err == nil {
+		w.fsw, err = fsnotify.NewBufferedWatcher(4096)
+	}
 	if err != nil {
+		if isResource(err) {
+			return nil, &resourceError{op: "drift watch " + nspec.Root, err: err, hint: inotifyInitHint(err)}
+		}
 		return nil, fmt.Errorf("drift watch %s: %w", nspec.Root, err)
 	}
-	w.cookieDir, err = os.MkdirTemp("", "ckptd-drift-sync-")
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	err = w.injectFault(opSync, "")
+	if err == nil {
+		w.cookieDir, err = os.MkdirTemp("", "ckptd-drift-sync-")
+	}
 	if err == nil {
 		err = w.fsw.Add(w.cookieDir)
 		if rel, rerr := filepath.Rel(nspec.Root, w.cookieDir); rerr == nil && filepath.IsLocal(rel) {
@@ -177,23 +208,27 @@ func Watch(ctx context.Context, spec Spec, base *Manifest, opt WatchOptions, emi
 		}
 	}
 	if err != nil {
+		w.cancel()
 		_ = w.fsw.Close()
 		if w.cookieDir != "" {
 			_ = os.RemoveAll(w.cookieDir)
+		}
+		if isResource(err) {
+			return nil, newResourceError("drift watch "+nspec.Root+": sync directory", err)
 		}
 		return nil, fmt.Errorf("drift watch %s: sync directory: %w", nspec.Root, err)
 	}
 	w.wg.Add(1)
 	go w.loop()
 
-	scanOpt := ScanOptions{Workers: opt.Workers, Logger: w.log}
-	st, warn, err := w.scanAll(ctx, scanOpt, base)
+	st, warn, err := w.scanAll(ctx, base)
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
 	w.st = st
 	w.warn = warn
+	w.noteRetries(st)
 	if w.base == nil {
 		w.base = w.snapshot(coarseNow())
 	}
@@ -216,8 +251,23 @@ func Watch(ctx context.Context, spec Spec, base *Manifest, opt WatchOptions, emi
 	return w, nil
 }
 
+// injectFault consults the fault-injection hook of tests.
+func (w *Watcher) injectFault(op, path string) error {
+	if w.opt.fault == nil {
+		return nil
+	}
+	return w.opt.fault(op, path)
+}
+
+func (w *Watcher) scanOptions() ScanOptions {
+	return ScanOptions{Workers: w.opt.Workers, Logger: w.log, fault: w.opt.fault}
+}
+
 // add adds the inotify watch of directory rel.
 func (w *Watcher) add(rel string) error {
+	if err := w.injectFault(opInotifyAdd, rel); err != nil {
+		return err
+	}
 	if w.opt.addWatch != nil {
 		if err := w.opt.addWatch(w.abs(rel)); err != nil {
 			return err
@@ -237,12 +287,37 @@ func (w *Watcher) abs(rel string) string {
 func (w *Watcher) Close() error {
 	var err error
 	w.once.Do(func() {
+		w.cancel() // a scan in progress ends now
 		close(w.done)
 		err = w.fsw.Close()
 		w.wg.Wait()
 		_ = os.RemoveAll(w.cookieDir)
 	})
 	return err
+}
+
+// halt stops the watch by itself (the processor goroutine only): its last batch says why,
+// and the inotify instance is released at once (file descriptors may be what ran out).
+func (w *Watcher) halt(err error) {
+	w.stopOnce.Do(func() {
+		w.stopErr = fmt.Errorf("%w: %w", ErrStopped, err)
+		w.log.Warn("drift: watch stopped", "root", w.spec.Root, "err", err)
+		w.send(Batch{Drifted: len(w.drift) > 0, Rescan: true, Stopped: true,
+			Reason: "watch stopped: " + err.Error() + "; drift/status checks the disk instead"})
+		close(w.stopped)
+		w.cancel()
+		_ = w.fsw.Close()
+	})
+}
+
+// fatalErr tells the processor the watch cannot go on (from the event loop).
+func (w *Watcher) fatalErr(err error) {
+	w.dmu.Lock()
+	if w.fatal == nil {
+		w.fatal = err
+	}
+	w.dmu.Unlock()
+	w.poke()
 }
 
 // --- event loop: no I/O, only bookkeeping -----------------------------------------------
@@ -257,6 +332,11 @@ func (w *Watcher) loop() {
 			return
 		case ev, ok := <-w.fsw.Events:
 			if !ok {
+				w.fatalErr(errors.New("the inotify event stream ended"))
+				return
+			}
+			if err := w.injectFault(opInotifyRead, ev.Name); err != nil {
+				w.fatalErr(fmt.Errorf("reading inotify events: %w", err))
 				return
 			}
 			if strings.HasPrefix(ev.Name, cookiePrefix) {
@@ -290,6 +370,12 @@ func (w *Watcher) loop() {
 			w.poke()
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
+				w.fatalErr(errors.New("the inotify event stream ended"))
+				return
+			}
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				// A failed read of the inotify descriptor: events are lost for good.
+				w.fatalErr(fmt.Errorf("reading inotify events: %w", err))
 				return
 			}
 			w.noteError(err)
@@ -341,10 +427,15 @@ func (w *Watcher) process(initial Batch) {
 		}
 	}()
 	for {
-		if len(w.unwatched) > 0 && ticker == nil {
+		select {
+		case <-w.stopped:
+			return
+		default:
+		}
+		if polling := len(w.unwatched) > 0 || len(w.retry) > 0; polling && ticker == nil {
 			ticker = time.NewTicker(w.opt.PollInterval)
 			poll = ticker.C
-		} else if len(w.unwatched) == 0 && ticker != nil {
+		} else if !polling && ticker != nil {
 			ticker.Stop()
 			ticker, poll = nil, nil
 		}
@@ -367,18 +458,28 @@ func (w *Watcher) process(initial Batch) {
 				armed = true
 				continue
 			}
-			if again := w.flush(false); again > 0 {
+			if again := w.flush(false, false); again > 0 {
 				timer.Reset(again)
 				armed = true
 			}
 		case <-poll:
-			w.rescanQuiet("polling")
+			if len(w.unwatched) > 0 {
+				w.rescanQuiet("polling")
+			} else if again := w.flush(false, true); again > 0 && !armed {
+				timer.Reset(again)
+				armed = true
+			}
 		case r := <-w.reqs:
 			if len(w.unwatched) > 0 {
 				w.rescanQuiet("status requested")
 			}
-			w.flush(true)
-			r.resp <- w.answer(r)
+			w.flush(true, true)
+			select {
+			case <-w.stopped:
+				close(r.resp) // the caller answers ErrStopped
+			default:
+				r.resp <- w.answer(r)
+			}
 		}
 	}
 }
@@ -408,25 +509,43 @@ func (w *Watcher) send(b Batch) {
 	w.emit(b)
 }
 
-// flush processes the dirty paths (or a pending rescan). Not forced (timer), a tracked file
-// that vanished only moments ago is given a grace period (an editor may be mid-save); the
-// returned duration, if positive, is when to look again.
-func (w *Watcher) flush(forced bool) time.Duration {
+// flush processes the dirty paths (or a pending rescan), with retry the paths that could not
+// be read before. Not forced (timer, poll), a tracked file that vanished only moments ago is
+// given a grace period (an editor may be mid-save); the returned duration, if positive, is
+// when to look again.
+func (w *Watcher) flush(forced, retry bool) time.Duration {
 	w.dmu.Lock()
 	dirty := w.dirty
 	why := w.rescanWhy
+	fatal := w.fatal
 	w.dirty = map[string]int64{}
 	w.rescanWhy = ""
 	w.firstPending = 0
 	w.dmu.Unlock()
+	if fatal != nil {
+		w.halt(fatal)
+		return 0
+	}
 	if why != "" {
 		w.rescan(why)
 		return 0
 	}
+	if retry && len(w.retry) > 0 {
+		now := time.Now().UnixNano()
+		for p := range w.retry {
+			if _, ok := dirty[p]; !ok {
+				dirty[p] = now - int64(w.grace)
+			}
+		}
+	}
 	if len(dirty) == 0 {
 		return 0
 	}
-	changes, why, again := w.applyDirty(dirty, forced)
+	changes, why, again, err := w.applyDirty(dirty, forced)
+	if err != nil {
+		w.halt(err)
+		return 0
+	}
 	if why != "" {
 		w.rescan(why)
 		return 0
@@ -455,6 +574,8 @@ func (w *Watcher) call(ctx context.Context, manifest bool) (response, error) {
 	select {
 	case <-w.done:
 		return response{}, ErrClosed
+	case <-w.stopped:
+		return response{}, w.stopErr
 	default:
 	}
 	if err := w.sync(ctx); err != nil {
@@ -465,11 +586,16 @@ func (w *Watcher) call(ctx context.Context, manifest bool) (response, error) {
 	case w.reqs <- req:
 	case <-w.done:
 		return response{}, ErrClosed
+	case <-w.stopped:
+		return response{}, w.stopErr
 	case <-ctx.Done():
 		return response{}, ctx.Err()
 	}
 	select {
-	case r := <-req.resp:
+	case r, ok := <-req.resp:
+		if !ok {
+			return response{}, w.stopErr
+		}
 		r.rep.Elapsed = time.Since(t0)
 		return r, nil
 	case <-w.done:
@@ -489,8 +615,15 @@ func (w *Watcher) sync(ctx context.Context) error {
 		w.cookieMu.Unlock()
 	}()
 	p := filepath.Join(w.cookieDir, name)
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	err := w.injectFault(opSync, p)
+	var f *os.File
+	if err == nil {
+		f, err = os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	}
 	if err != nil {
+		if isResource(err) {
+			return newResourceError("drift watch sync", err)
+		}
 		return fmt.Errorf("drift watch sync: %w", err)
 	}
 	_ = f.Close()
@@ -502,6 +635,8 @@ func (w *Watcher) sync(ctx context.Context) error {
 		return nil
 	case <-w.done:
 		return ErrClosed
+	case <-w.stopped:
+		return w.stopErr
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-timeout.C:
@@ -579,10 +714,12 @@ func (w *Watcher) snapshot(now int64) *Manifest {
 
 // --- scanning and applying changes -------------------------------------------------------
 
-// scanAll walks the whole tree, adding a watch to each directory before reading it.
-func (w *Watcher) scanAll(ctx context.Context, opt ScanOptions, prev *Manifest) (*wstate, []string, error) {
+// scanAll walks the whole tree, adding a watch to each directory before reading it. It is
+// bounded by the spec's Limits and by ctx.
+func (w *Watcher) scanAll(ctx context.Context, prev *Manifest) (*wstate, []string, error) {
 	verified := coarseNow()
-	wk := newWalker(ctx, w.spec.Root, w.m, opt)
+	ctl := newScanCtl(ctx, w.spec.Root, w.spec.Limits, w.opt.fault)
+	wk := newWalker(ctl, w.spec.Root, w.m, w.scanOptions())
 	if prev != nil && prev.Spec.Root == w.spec.Root && prev.Algorithm == AlgorithmBLAKE3 {
 		wk.reuse = prevReuse(prev)
 	} else if w.st != nil {
@@ -603,6 +740,9 @@ func (w *Watcher) scanAll(ctx context.Context, opt ScanOptions, prev *Manifest) 
 		rootCtx.chain, rules = loadInfoExclude(w.spec.Root, &wk.warn)
 	}
 	res, err := wk.run([]walkStart{{ctx: rootCtx}})
+	if ferr := ctl.finish(); ferr != nil {
+		err = ferr
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -626,6 +766,22 @@ func (w *Watcher) scanAll(ctx context.Context, opt ScanOptions, prev *Manifest) 
 	return st, res.warnings, nil
 }
 
+// noteRetries starts over the set of paths to look at again: the directories of st that
+// could not be read, and its files that could not be hashed.
+func (w *Watcher) noteRetries(st *wstate) {
+	clear(w.retry)
+	for p, d := range st.dirs {
+		if d.mtime < 0 {
+			w.retry[p] = true
+		}
+	}
+	for p, e := range st.entries {
+		if e.Type == TypeFile && e.Hash == nil {
+			w.retry[p] = true
+		}
+	}
+}
+
 // stateReuse looks up the current state (and, for moved directories, the removed
 // entries by inode) for a file whose stat data is unchanged and that was not racy.
 func (w *Watcher) stateReuse(removed map[uint64]*wentry) func(rel string, st fileStat) (Entry, bool) {
@@ -634,7 +790,7 @@ func (w *Watcher) stateReuse(removed map[uint64]*wentry) func(rel string, st fil
 		if e == nil && removed != nil {
 			e = removed[st.ino]
 		}
-		if e == nil || !e.sameStat(st) || e.racy(e.verified) {
+		if e == nil || !e.reusable(st, e.verified) {
 			return Entry{}, false
 		}
 		ne := e.Entry
@@ -655,12 +811,14 @@ func (w *Watcher) doRescan(reason string, always bool) {
 		w.log.Info("drift: rescanning", "root", w.spec.Root, "reason", reason)
 	}
 	old := w.st
-	st, warn, err := w.scanAll(context.Background(), ScanOptions{Workers: w.opt.Workers, Logger: w.log}, nil)
+	st, warn, err := w.scanAll(w.ctx, nil)
 	if err != nil {
-		w.log.Error("drift: rescan failed", "root", w.spec.Root, "err", err)
-		w.send(Batch{Drifted: len(w.drift) > 0, Rescan: true, Reason: reason + "; rescan failed: " + err.Error()})
+		if w.ctx.Err() == nil { // not closing: the watch's state cannot be kept current
+			w.halt(fmt.Errorf("%s: rescan failed: %w", reason, err))
+		}
 		return
 	}
+	w.noteRetries(st)
 	for p := range old.dirs {
 		if _, ok := st.dirs[p]; !ok {
 			_ = w.fsw.Remove(w.abs(p))
@@ -685,10 +843,27 @@ func (w *Watcher) doRescan(reason string, always bool) {
 
 // applyDirty brings the state up to date for the dirty paths. It returns the changes, or a
 // reason to rescan instead (ignore rules changed), and when to look again at vanished
-// files still in their grace period.
-func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, string, time.Duration) {
+// files still in their grace period; or an error that stops the watch (a resource ran out,
+// a bound was reached). A path that cannot be read now is recorded as unreadable (a file
+// without a hash: a change, never "no drift") and retried later.
+func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, string, time.Duration, error) {
 	verified := coarseNow()
 	now := time.Now().UnixNano()
+	ctl := newScanCtl(w.ctx, w.spec.Root, w.spec.Limits, w.opt.fault)
+	defer ctl.finish()
+	// fatal turns an error into the watch's end, unless the watch is closing anyway.
+	fatal := func(err error) error {
+		if w.ctx.Err() != nil {
+			return nil
+		}
+		if ferr := ctl.errNow(); ferr != nil {
+			return ferr
+		}
+		return err
+	}
+	if !ctl.addFiles(int64(len(w.st.entries) + len(w.st.dirs))) {
+		return nil, "", 0, fatal(nil)
+	}
 	paths := make([]string, 0, len(dirty))
 	for p := range dirty {
 		paths = append(paths, p)
@@ -706,31 +881,47 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 			touched[p] = nil
 		}
 	}
+	// unknown records that tracked path p could not be read now: its content is unknown.
+	unknown := func(p string, err error) {
+		w.log.Debug("drift: cannot read", "path", p, "err", err)
+		w.retry[p] = true
+		if e := w.st.entries[p]; e != nil && (e.Hash != nil || e.Target != "") {
+			touch(p)
+			ne := e.Entry
+			ne.Hash, ne.Target = nil, ""
+			w.st.entries[p] = &wentry{Entry: ne, verified: verified}
+		}
+	}
 	var removeDirs []string
 	var starts []walkStart
 	var again time.Duration
-	handles := map[string]*dirHandle{}
+	type handle struct {
+		d   *dirHandle
+		err error
+	}
+	handles := map[string]handle{}
 	defer func() {
 		for _, h := range handles {
-			h.close()
+			if h.d != nil {
+				h.d.close()
+			}
 		}
 	}()
-	dirHandleFor := func(rel string) *dirHandle {
+	dirHandleFor := func(rel string) (*dirHandle, error) {
 		if h, ok := handles[rel]; ok {
-			return h
+			return h.d, h.err
 		}
-		var h *dirHandle
-		var err error
-		if rel == "" {
-			h, err = openRoot(w.spec.Root)
-		} else {
-			h, err = openDir(w.abs(rel))
-		}
-		if err != nil {
-			h = nil
+		var h handle
+		h.err = w.injectFault(opOpenDir, rel)
+		switch {
+		case h.err != nil:
+		case rel == "":
+			h.d, h.err = openRoot(w.spec.Root)
+		default:
+			h.d, h.err = openDir(w.abs(rel))
 		}
 		handles[rel] = h
-		return h
+		return h.d, h.err
 	}
 	ws := &workerState{hashBuf: make([]byte, 128<<10), hasher: blake3.New()}
 	removing := func(p string) bool {
@@ -747,9 +938,16 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 	}
 	stats := make([]lst, len(paths))
 	for i, p := range paths {
-		st, err := lstatPath(w.abs(p))
+		err := w.injectFault(opStat, p)
+		var st fileStat
+		if err == nil {
+			st, err = lstatPath(w.abs(p))
+		}
+		if err != nil && isResource(err) {
+			return nil, "", 0, fatal(newResourceError("drift watch of "+w.spec.Root+": "+displayRel(p), err))
+		}
 		stats[i] = lst{st, err}
-		if err != nil && !forced && w.st.entries[p] != nil && now-dirty[p] < int64(w.grace) {
+		if err != nil && isNotExist(err) && !forced && w.st.entries[p] != nil && now-dirty[p] < int64(w.grace) {
 			// A tracked file vanished moments ago: maybe an editor's rename-away before it
 			// writes the new file. Hold the whole batch (keeping renames paired) a little.
 			again = max(again, time.Duration(int64(w.grace)-(now-dirty[p])))
@@ -763,28 +961,36 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 			}
 		}
 		w.dmu.Unlock()
-		return nil, "", again
+		return nil, "", again, nil
 	}
 	for i, p := range paths {
 		if removing(p) {
 			continue
 		}
 		if _, isRule := w.st.rules[p]; isRule {
-			return nil, "ignore file changed: " + p, 0
+			return nil, "ignore file changed: " + p, 0, nil
 		}
 		st, err := stats[i].st, stats[i].err
 		exists := err == nil
 		if err != nil && !isNotExist(err) {
-			w.log.Debug("drift: lstat", "path", p, "err", err)
+			// It exists, but what it is now cannot be told (its directory cannot be searched).
+			unknown(p, err)
+			continue
 		}
+		delete(w.retry, p)
 		if d := w.st.dirs[p]; d != nil {
-			if exists && st.isDir() && st.ino == d.ino {
+			// The same directory is up to date, unless it could not be read last time: then
+			// it is walked again, like a replaced one.
+			if exists && st.isDir() && st.ino == d.ino && d.mtime >= 0 {
 				d.mtime = st.mtime
 				continue
 			}
 			removeDirs = append(removeDirs, p)
 		}
 		if p == "" {
+			if exists && st.isDir() {
+				starts = append(starts, walkStart{ctx: w.rootCtx()})
+			}
 			continue // the root itself is gone or replaced; removal handled above
 		}
 		parent := w.st.dirs[parentOf(p)]
@@ -820,30 +1026,52 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 				continue
 			}
 			if name == ".gitignore" && w.spec.Gitignore {
-				return nil, "ignore file added: " + p, 0
+				return nil, "ignore file added: " + p, 0, nil
 			}
 			e := w.st.entries[p]
-			if e != nil && e.sameStat(st) && !e.racy(e.verified) {
+			if e != nil && e.reusable(st, e.verified) {
 				continue
 			}
-			h := dirHandleFor(parentOf(p))
-			if h == nil {
+			h, err := dirHandleFor(parentOf(p))
+			if err != nil {
+				if isResource(err) {
+					return nil, "", 0, fatal(newResourceError("drift watch of "+w.spec.Root+": "+displayRel(parentOf(p)), err))
+				}
+				if isNotExist(err) || isNotDirOrLink(err) {
+					continue // gone or replaced again: a later event covers it
+				}
+				w.retry[p] = true
+				touch(p)
+				ne := entryFromStat(p, st, nil, "")
+				w.st.entries[p] = &wentry{Entry: ne, verified: verified}
 				continue
 			}
 			var ne Entry
 			if st.isLink() {
 				t, err := h.readlink(name)
 				if err != nil {
+					if isResource(err) {
+						return nil, "", 0, fatal(newResourceError("drift watch of "+w.spec.Root+": "+p, err))
+					}
+					if !isNotExist(err) {
+						unknown(p, err)
+					}
 					continue
 				}
 				ne = entryFromStat(p, st, nil, t)
 			} else {
-				ne, err = hashEntry(h, name, p, ws)
-				if err != nil {
-					if isNotExist(err) || isNotDirOrLink(err) || errors.Is(err, errNotRegular) {
-						// Gone or changed type again: a later event covers it.
-						continue
-					}
+				ne, err = hashEntry(h, name, p, ws, ctl)
+				switch {
+				case err == nil:
+				case errors.Is(err, errScanStopped):
+					return nil, "", 0, fatal(ctl.errNow())
+				case isResource(err):
+					return nil, "", 0, fatal(newResourceError("drift watch of "+w.spec.Root+": "+p, err))
+				case isNotExist(err) || isNotDirOrLink(err) || errors.Is(err, errNotRegular):
+					continue // gone or changed type again: a later event covers it
+				default:
+					w.log.Debug("drift: cannot hash", "path", p, "err", err)
+					w.retry[p] = true
 					ne = entryFromStat(p, st, nil, "")
 				}
 			}
@@ -872,7 +1100,7 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 		}
 		for p := range w.st.rules {
 			if removing(p) {
-				return nil, "ignore file removed: " + p, 0
+				return nil, "ignore file removed: " + p, 0, nil
 			}
 		}
 	}
@@ -880,13 +1108,13 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 		// A directory also listed as dirty under a removed parent is covered by the walk.
 		starts = slices.DeleteFunc(starts, func(s walkStart) bool {
 			for _, o := range starts {
-				if o.ctx.rel != s.ctx.rel && strings.HasPrefix(s.ctx.rel, o.ctx.rel+"/") {
+				if o.ctx.rel != s.ctx.rel && (o.ctx.rel == "" || strings.HasPrefix(s.ctx.rel, o.ctx.rel+"/")) {
 					return true
 				}
 			}
 			return false
 		})
-		wk := newWalker(context.Background(), w.spec.Root, w.m, ScanOptions{Workers: w.opt.Workers, Logger: w.log})
+		wk := newWalker(ctl, w.spec.Root, w.m, w.scanOptions())
 		wk.reuse = w.stateReuse(removed)
 		var umu sync.Mutex
 		wk.onDir = func(rel string) { // watch first, then read: nothing created meanwhile is missed
@@ -898,22 +1126,38 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 			}
 		}
 		res, err := wk.run(starts)
-		if err == nil {
-			if len(res.rules) > 0 {
-				for _, r := range res.rules {
-					w.st.rules[r.Path] = r
-				}
+		if err != nil {
+			return nil, "", 0, fatal(err)
+		}
+		for _, r := range res.rules {
+			w.st.rules[r.Path] = r
+		}
+		for _, d := range res.dirs {
+			w.st.dirs[d.Path] = &wdir{ctx: d.ctx, mtime: d.MtimeNs, ino: d.Ino}
+			if d.MtimeNs < 0 {
+				w.retry[d.Path] = true
 			}
-			for _, d := range res.dirs {
-				w.st.dirs[d.Path] = &wdir{ctx: d.ctx, mtime: d.MtimeNs, ino: d.Ino}
-			}
-			for _, e := range res.entries {
-				touch(e.Path)
-				w.st.entries[e.Path] = &wentry{Entry: e, verified: verified}
+		}
+		for _, e := range res.entries {
+			touch(e.Path)
+			w.st.entries[e.Path] = &wentry{Entry: e, verified: verified}
+			if e.Type == TypeFile && e.Hash == nil {
+				w.retry[e.Path] = true
 			}
 		}
 	}
-	return w.settle(touched), "", again
+	if n := int64(len(w.st.entries) + len(w.st.dirs)); n > ctl.lim.MaxFiles {
+		return nil, "", 0, fatal(&LimitError{Root: w.spec.Root, Limit: "maxFiles", Value: ctl.lim.MaxFiles})
+	}
+	return w.settle(touched), "", again, nil
+}
+
+// rootCtx is the matching context of the root directory.
+func (w *Watcher) rootCtx() *dirCtx {
+	if d := w.st.dirs[""]; d != nil {
+		return d.ctx
+	}
+	return w.m.rootCtx()
 }
 
 // settle updates the drift set for the touched paths (old content given, nil = absent)

@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"github.com/ckptd/ckptd/drift"
-	"github.com/ckptd/ckptd/store"
 )
 
 // maxLastManifests bounds the newest-manifest cache (entries per workflow and root; a
@@ -27,11 +26,11 @@ type lastKey struct{ workflowID, root string }
 // lastManifest is the newest manifest seen of a tree, and the newest encoding saved of it.
 type lastManifest struct {
 	m    *drift.Manifest
-	enc  *store.EncodedManifest
+	enc  *drift.EncodedManifest
 	used uint64
 }
 
-func (d *driftState) lastFor(k lastKey) (*drift.Manifest, *store.EncodedManifest) {
+func (d *driftState) lastFor(k lastKey) (*drift.Manifest, *drift.EncodedManifest) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	l := d.last[k]
@@ -44,7 +43,7 @@ func (d *driftState) lastFor(k lastKey) (*drift.Manifest, *store.EncodedManifest
 }
 
 // remember records m (and its encoding, if enc is not nil) as the newest manifest of k.
-func (d *driftState) remember(k lastKey, m *drift.Manifest, enc *store.EncodedManifest) {
+func (d *driftState) remember(k lastKey, m *drift.Manifest, enc *drift.EncodedManifest) {
 	if m == nil {
 		return
 	}

@@ -19,21 +19,36 @@ import (
 // driftProblemPaths is how many paths a resume plan's drift problem names.
 const driftProblemPaths = 5
 
-// DriftStatus answers drift/status for ref's checkpoint (base: its manifest, Engine.Manifest):
+// DriftStatus answers drift/status for ref's checkpoint (base: its manifest, Engine.Manifest)
+// within lim (nil: the limits of the workflow's configured sources, else the defaults):
 // CheckpointDrift, with a failed check said as a *SourcesError or an *UnavailableError.
-func (e *Engine) DriftStatus(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (protocol.DriftStatus, error) {
-	st, err := e.CheckpointDrift(ctx, ref, base)
+func (e *Engine) DriftStatus(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits) (protocol.DriftStatus, error) {
+	st, err := e.CheckpointDrift(ctx, ref, base, lim)
 	if err != nil {
-		return st, fingerprintError("sources", base.Spec.Root, err)
+		return st, fingerprintError("sources", limitsField(lim), base.Spec.Root, err)
 	}
 	return st, nil
 }
 
+// checkLimits are the bounds of a check of a workflow's tree at root: explicit, else those of
+// the workflow's configured sources if they are on the same root, else nil (the defaults).
+func (e *Engine) checkLimits(ctx context.Context, workflowID, root string, explicit *drift.Limits) *drift.Limits {
+	if explicit != nil {
+		return explicit
+	}
+	cfg, err := e.store.WorkflowSources(ctx, workflowID)
+	if err != nil {
+		return nil
+	}
+	return ConfiguredLimits(cfg, root)
+}
+
 // CheckpointDrift compares ref's checkpoint's recorded sources (base: its manifest) with the
-// tree: from an active watch on it if there is one, else by drift.Check against base. The
-// error is the check's own.
-func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest) (protocol.DriftStatus, error) {
-	if w := e.watchOn(ref.Rowid); w != nil {
+// tree: from an active watch on it if there is one, else by drift.Check against base within lim
+// (nil: the limits of the workflow's configured sources, else the defaults). The error is the
+// check's own.
+func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits) (protocol.DriftStatus, error) {
+	if w := e.watchOn(ref.Key); w != nil {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rep, err := w.w.Status(wctx)
 		cancel()
@@ -46,9 +61,7 @@ func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, bas
 	}
 	key := lastKey{ref.WorkflowID, base.Spec.Root}
 	last, _ := e.drift.lastFor(key)
-	cctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
-	defer cancel()
-	rep, cur, err := checkDrift(cctx, base, last, e.log)
+	rep, cur, err := checkDrift(ctx, base, last, e.checkLimits(ctx, ref.WorkflowID, base.Spec.Root, lim), e.log)
 	if err != nil {
 		return protocol.DriftStatus{}, err
 	}
@@ -57,14 +70,16 @@ func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, bas
 }
 
 // checkDrift compares the tree with base, using last (optional) as a newer manifest of it so
-// that files which drifted long ago are not re-hashed. A root that no longer exists (or is no
-// longer a directory) is reported as every file deleted, with a warning; the returned
-// manifest is then nil.
-func checkDrift(ctx context.Context, base, last *drift.Manifest, log *slog.Logger) (drift.Report, *drift.Manifest, error) {
+// that files which drifted long ago are not re-hashed, within lim (nil: the defaults). A root
+// that no longer exists (or is no longer a directory) is reported as every file deleted, with
+// a warning; the returned manifest is then nil.
+func checkDrift(ctx context.Context, base, last *drift.Manifest, lim *drift.Limits, log *slog.Logger) (drift.Report, *drift.Manifest, error) {
 	if last != nil && last.Spec.Root != base.Spec.Root {
 		last = nil
 	}
-	rep, cur, err := drift.Check(ctx, base.Spec, base, drift.CheckOptions{ScanOptions: drift.ScanOptions{Logger: log}, Last: last})
+	spec := base.Spec
+	spec.Limits = lim
+	rep, cur, err := drift.Check(ctx, spec, base, drift.CheckOptions{ScanOptions: drift.ScanOptions{Logger: log}, Last: last})
 	if errors.Is(err, drift.ErrRootNotFound) || errors.Is(err, drift.ErrRootNotDir) {
 		t0 := time.Now()
 		rep = drift.Diff(base, &drift.Manifest{})
@@ -111,6 +126,7 @@ func newDriftStatus(ref store.ManifestRef, root string, rep drift.Report) protoc
 		FullScan:     rep.FullScan,
 		Reason:       rep.Reason,
 		Warnings:     rep.Warnings,
+		Unreadable:   rep.Unreadable,
 	}
 }
 
@@ -128,14 +144,26 @@ func driftProblem(st protocol.DriftStatus) string {
 			paths = append(paths, fc.Path+" ("+l.kind+")")
 		}
 	}
-	n := len(paths)
-	more := ""
-	if n > driftProblemPaths {
-		more = fmt.Sprintf(" and %d more", n-driftProblemPaths)
-		paths = paths[:driftProblemPaths]
+	list := func(paths []string) string {
+		if n := len(paths); n > driftProblemPaths {
+			return strings.Join(paths[:driftProblemPaths], ", ") + fmt.Sprintf(" and %d more", n-driftProblemPaths)
+		}
+		return strings.Join(paths, ", ")
 	}
-	return fmt.Sprintf("sources under %s changed since checkpoint %s was saved: %d changed, %d added, %d deleted: %s%s",
-		st.Root, st.CheckpointID, len(st.Changed), len(st.Added), len(st.Deleted), strings.Join(paths, ", "), more)
+	unreadable := ""
+	if n := len(st.Unreadable); n > 0 {
+		unreadable = fmt.Sprintf("%d could not be read, so they may have changed: %s", n, list(st.Unreadable))
+	}
+	if len(paths) == 0 {
+		return fmt.Sprintf("sources under %s could not all be checked against checkpoint %s: %s",
+			st.Root, st.CheckpointID, unreadable)
+	}
+	msg := fmt.Sprintf("sources under %s changed since checkpoint %s was saved: %d changed, %d added, %d deleted: %s",
+		st.Root, st.CheckpointID, len(st.Changed), len(st.Added), len(st.Deleted), list(paths))
+	if unreadable != "" {
+		msg += "; " + unreadable
+	}
+	return msg
 }
 
 // planDrift is a resume plan's drift check of the checkpoint it plans from: nil and "" when no
@@ -150,7 +178,7 @@ func (e *Engine) planDrift(ctx context.Context, checkpointID string) (*protocol.
 	if err != nil {
 		return nil, "could not read the sources recorded with checkpoint " + checkpointID + ": " + err.Error()
 	}
-	st, err := e.CheckpointDrift(ctx, ref, base)
+	st, err := e.CheckpointDrift(ctx, ref, base, nil)
 	if err != nil {
 		return nil, fmt.Sprintf("could not check the sources under %s for drift: %v", base.Spec.Root, err)
 	}

@@ -82,13 +82,13 @@ func TestCheckDriftRootGone(t *testing.T) {
 	base, err := drift.Scan(ctx, spec, nil, drift.ScanOptions{})
 	require.NoError(t, err)
 
-	rep, cur, err := checkDrift(ctx, base, &drift.Manifest{Spec: drift.Spec{Root: "/elsewhere"}}, nil)
+	rep, cur, err := checkDrift(ctx, base, &drift.Manifest{Spec: drift.Spec{Root: "/elsewhere"}}, nil, nil)
 	require.NoError(t, err)
 	assert.False(t, rep.Drifted)
 	require.NotNil(t, cur)
 
 	require.NoError(t, os.RemoveAll(dir))
-	rep, cur, err = checkDrift(ctx, base, nil, nil)
+	rep, cur, err = checkDrift(ctx, base, nil, nil, nil)
 	require.NoError(t, err)
 	assert.Nil(t, cur)
 	assert.True(t, rep.Drifted)

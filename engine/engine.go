@@ -1,14 +1,16 @@
 // Package engine holds ckptd's use cases, written once and called by both the JSON-RPC server
 // (package rpc) and the command line (cmd/ckptd): save a checkpoint with a fingerprint of its
 // sources, plan a resume (gather -> drift -> decide), answer a checkpoint's drift status, and
-// keep the drift watches. It composes the store, drift and resume packages, knows nothing of
-// JSON-RPC, and answers in the protocol's shapes (package protocol; wire.go renders store
-// nouns) where both callers print the same thing.
+// keep the drift watches. It composes the store (its contract: any backend), drift and resume
+// packages, knows nothing of JSON-RPC, and answers in the protocol's shapes (package protocol;
+// wire.go renders store nouns) where both callers print the same thing. It is also where
+// source manifests cross between drift and the store (manifests.go): the store keeps them as
+// opaque records, drift encodes and decodes them.
 //
 // Manifests are immutable. Two in-memory caches make repeated work incremental: the newest
 // manifest seen per (workflow, root), from saves and checks, is the base of the next save's
 // scan and the Last of the next check (only files whose stat data changed are re-hashed);
-// decoded stored manifests are cached by the store. Both are accelerators only: any manifest
+// the last few stored manifests decoded are kept by checkpoint (manifests.go). Both are accelerators only: any manifest
 // of the tree gives the same answers, so a second process on the same database (an editor
 // tool, a ckptd command) answers drift questions from the stored manifest alone.
 package engine
@@ -24,7 +26,8 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// Checkpoints is what the engine reads and queues of checkpoints; *store.Store implements it.
+// Checkpoints is what the engine reads and queues of checkpoints; every store.Backend
+// implements it.
 type Checkpoints interface {
 	// Load returns a checkpoint by id, verified (*store.CorruptError if it is not intact).
 	Load(ctx context.Context, checkpointID string) (store.Checkpoint, error)
@@ -37,17 +40,13 @@ type Checkpoints interface {
 	Enqueue(req store.SaveRequest) *store.Pending
 }
 
-// Manifests is what the engine reads of source fingerprints; *store.Store implements it.
+// Manifests is what the engine reads of source fingerprints: the manifests the store records
+// (store.Manifests, decoded here) and the sources configured for a workflow. Every
+// store.Backend implements it.
 type Manifests interface {
+	store.Manifests
 	// WorkflowSources returns the sources spec configured for a workflow (JSON), or nil.
 	WorkflowSources(ctx context.Context, workflowID string) (json.RawMessage, error)
-	// CheckpointManifestRef names a checkpoint and whether a manifest was recorded with it.
-	CheckpointManifestRef(ctx context.Context, checkpointID string) (store.ManifestRef, error)
-	// Manifest returns the manifest recorded with ref's checkpoint (shared: not to be modified).
-	Manifest(ctx context.Context, ref store.ManifestRef) (*drift.Manifest, error)
-	// LatestWorkflowManifest returns the manifest of the workflow's newest checkpoint recorded
-	// for root, or nil.
-	LatestWorkflowManifest(ctx context.Context, workflowID, root string) (*drift.Manifest, error)
 }
 
 // Store is everything the engine needs of the storage.
@@ -60,9 +59,10 @@ type Store interface {
 // Engine runs the use cases over one store. It keeps the newest-manifest cache and the drift
 // watches of its process; it is safe for concurrent use.
 type Engine struct {
-	store Store
-	log   *slog.Logger
-	drift driftState // manifest cache and drift watches (engine/cache.go, engine/watch.go)
+	store     Store
+	log       *slog.Logger
+	drift     driftState    // manifest cache and drift watches (engine/cache.go, engine/watch.go)
+	manifests manifestCache // stored manifests decoded (engine/manifests.go)
 }
 
 // New makes an Engine over st; log may be nil.
@@ -74,9 +74,9 @@ func New(st Store, log *slog.Logger) *Engine {
 }
 
 // Manifest returns the manifest recorded with ref's checkpoint: store.ErrNotFound if none, a
-// *store.CorruptError if it does not decode. Shared: do not modify it.
+// *store.CorruptError if it is damaged. Shared: do not modify it.
 func (e *Engine) Manifest(ctx context.Context, ref store.ManifestRef) (*drift.Manifest, error) {
-	return e.store.Manifest(ctx, ref)
+	return e.manifests.load(ctx, e.store, ref)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

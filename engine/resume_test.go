@@ -14,6 +14,7 @@ import (
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/resume"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // fakeCheckpoints answers gather from a map: ids present in corrupt fail verification.
@@ -151,9 +152,9 @@ func TestResumePlanBlocked(t *testing.T) {
 	}
 }
 
-func openStore(t *testing.T) *store.Store {
+func openStore(t *testing.T) store.Backend {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "ckptd.db")})
+	st, err := sqlite.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "ckptd.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	return st

@@ -19,36 +19,11 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// Saga is what the engine needs of validation and compensation storage; *store.Store
-// implements it (store/saga.go). Written backend-neutral, for the storage contract to adopt.
+// Saga is what the engine needs of validation and compensation storage: the store's Saga role
+// (every store.Backend implements it) and the checkpoint summaries a rollback target is read
+// from.
 type Saga interface {
-	// SagaConfig returns a workflow's stored validation and compensation config.
-	SagaConfig(ctx context.Context, workflowID string) (store.SagaConfig, error)
-	// SetSagaConfig stores the members of cfg that are set, creating the workflow.
-	SetSagaConfig(ctx context.Context, workflowID string, cfg store.SagaConfig) error
-	// ValidationHistory returns up to limit checkpoints of (workflowID, namespace) saved with a
-	// validation and older than beforeSeq (0: any), newest first.
-	ValidationHistory(ctx context.Context, workflowID, namespace string, beforeSeq int64, limit int) ([]store.ValidationRef, error)
-	// RegisterCompensation stores a compensation (durable once it returns).
-	RegisterCompensation(ctx context.Context, req store.CompensationRequest) (store.Compensation, error)
-	// OpenCompensationForStep reports whether a compensation not yet done was registered for
-	// step since its newest completed checkpoint.
-	OpenCompensationForStep(ctx context.Context, workflowID, namespace, step string) (bool, error)
-	// Compensations returns the compensations of (workflowID, namespace) with AfterSeq >= toSeq
-	// and Seq <= maxSeq (0: any), in registration order.
-	Compensations(ctx context.Context, workflowID, namespace string, toSeq, maxSeq int64) ([]store.Compensation, error)
-	// Compensation returns one compensation (store.ErrNotFound).
-	Compensation(ctx context.Context, compensationID string) (store.Compensation, error)
-	// Rollback returns one rollback (store.ErrNotFound).
-	Rollback(ctx context.Context, rollbackID string) (store.Rollback, error)
-	// LatestRollback returns the newest rollback of (workflowID, namespace), or nil.
-	LatestRollback(ctx context.Context, workflowID, namespace string) (*store.Rollback, error)
-	// BeginRollback starts a rollback, or returns the unfinished one (began false).
-	BeginRollback(ctx context.Context, workflowID, namespace, toCheckpointID string, toSeq int64) (store.Rollback, bool, error)
-	// MarkCompensation records a rollback's outcome for one compensation (done or failed).
-	MarkCompensation(ctx context.Context, compensationID, rollbackID, status, errMsg string) (store.Compensation, error)
-	// CompleteRollback ends a rollback; with prune it deletes the rolled-back checkpoints.
-	CompleteRollback(ctx context.Context, rollbackID string, prune bool) (store.Rollback, []string, error)
+	store.Saga
 	// Summaries returns the stored summaries of those of ids that exist.
 	Summaries(ctx context.Context, ids []string) (map[string]store.Summary, error)
 }

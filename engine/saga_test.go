@@ -14,11 +14,12 @@ import (
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/saga"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
-func sagaEngine(t *testing.T) (*Engine, *store.Store) {
+func sagaEngine(t *testing.T) (*Engine, *sqlite.Store) {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "saga.db")})
+	st, err := sqlite.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "saga.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	return New(st, nil), st
@@ -37,7 +38,7 @@ func step(t *testing.T, e *Engine, wf, id, name string, conf float64) StepSave {
 	return res
 }
 
-func register(t *testing.T, st *store.Store, wf, name string, action any) store.Compensation {
+func register(t *testing.T, st *sqlite.Store, wf, name string, action any) store.Compensation {
 	t.Helper()
 	b, _ := json.Marshal(action)
 	c, err := st.RegisterCompensation(context.Background(), store.CompensationRequest{WorkflowID: wf, StepName: name, Action: b,

@@ -9,8 +9,9 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// fingerprintTimeout bounds the scan of a save's sources (and a drift check).
-const fingerprintTimeout = 2 * time.Minute
+// The scans of a save's sources, of a drift check and of a watch are bounded by the
+// drift.Limits of the sources (sources.limits, else the drift defaults), checked while files are
+// hashed, and end as soon as their context is cancelled.
 
 // Save stores a checkpoint with a fingerprint of its sources: sources (checked with
 // CheckSources), or when nil the sources configured for its workflow. It fingerprints them
@@ -67,34 +68,32 @@ func (e *Engine) fingerprint(ctx context.Context, req *store.SaveRequest, spec *
 	prev, prevEnc := e.drift.lastFor(key)
 	if prev == nil {
 		var err error
-		if prev, err = e.store.LatestWorkflowManifest(ctx, req.WorkflowID, spec.Root); err != nil {
+		if prev, err = e.manifests.latest(ctx, e.store, req.WorkflowID, spec.Root); err != nil {
 			e.log.Warn("cannot read the previous source manifest; scanning from scratch", "workflowId", req.WorkflowID, "error", err)
 			prev = nil
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
-	defer cancel()
 	opt := drift.ScanOptions{Logger: e.log}
 	var m *drift.Manifest
 	var err error
 	if prev != nil {
-		_, m, err = drift.Check(sctx, *spec, prev, drift.CheckOptions{ScanOptions: opt})
+		_, m, err = drift.Check(ctx, *spec, prev, drift.CheckOptions{ScanOptions: opt})
 	} else {
-		m, err = drift.Scan(sctx, *spec, nil, opt)
+		m, err = drift.Scan(ctx, *spec, nil, opt)
 	}
 	if err != nil {
-		ferr := fingerprintError("sources", spec.Root, err)
+		ferr := fingerprintError("sources", "sources.limits", spec.Root, err)
 		if configured { // never refuse the agent's save for its configured sources
 			e.log.Warn("configured sources cannot be fingerprinted; saving without", "workflowId", req.WorkflowID, "error", ferr.Error())
 			return &protocol.SourcesInfo{Root: spec.Root, Error: ferr.Error()}, nil
 		}
 		return nil, ferr
 	}
-	enc, err := store.EncodeManifest(m, prevEnc)
+	enc, err := drift.EncodeManifest(m, prevEnc)
 	if err != nil {
 		return nil, err
 	}
 	e.drift.remember(key, m, enc)
-	req.Manifest = enc
+	req.Manifest = ManifestRecord(enc)
 	return &protocol.SourcesInfo{Root: spec.Root, Files: enc.Files(), ElapsedMs: ms(time.Since(t0)), Warnings: m.Warnings}, nil
 }

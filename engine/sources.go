@@ -5,7 +5,6 @@ package engine
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,14 +28,15 @@ func (e *SourcesError) Error() string { return "invalid params: " + e.Field + ":
 // UnavailableError says a source tree could not be read (fingerprinted, checked or watched)
 // for a reason that is not the caller's input: Msg is the whole message, Err the cause.
 type UnavailableError struct {
-	Msg string
-	Err error
+	Msg   string
+	Err   error
+	Limit *drift.LimitError // the bound a scan reached, if that was the cause
 }
 
 func (e *UnavailableError) Error() string { return e.Msg }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-var specFieldRe = regexp.MustCompile(`\b(include|exclude)\[\d+\]`)
+var specFieldRe = regexp.MustCompile(`\b(include|exclude)\[\d+\]|\blimits\.(maxFiles|maxBytes|timeoutMs)\b`)
 
 // CheckSources validates a decoded sources spec (field names it in errors, as a *SourcesError).
 // The root must be an existing directory; a relative root is taken relative to the working
@@ -75,7 +75,10 @@ func specError(field, root string, err error) *SourcesError {
 	case errors.Is(err, drift.ErrInvalidSpec):
 		reason := strings.TrimPrefix(msg, drift.ErrInvalidSpec.Error()+": ")
 		if m := specFieldRe.FindString(reason); m != "" {
-			return &SourcesError{field + "." + m, reason}
+			if field != "" {
+				m = field + "." + m
+			}
+			return &SourcesError{m, reason}
 		}
 		if strings.HasPrefix(reason, "root") {
 			if strings.TrimSpace(root) == "" {
@@ -89,13 +92,47 @@ func specError(field, root string, err error) *SourcesError {
 }
 
 // fingerprintError explains a scan/check failure: a *SourcesError for a bad spec or a root
-// that is gone, else an *UnavailableError.
-func fingerprintError(field, root string, err error) error {
+// that is gone or on a pseudo file system, else an *UnavailableError. A bound reached names it
+// (limitsField.maxFiles ...; the error's Limit says which, Value its value).
+func fingerprintError(field, limitsField, root string, err error) error {
+	var le *drift.LimitError
 	switch {
-	case errors.Is(err, drift.ErrRootNotFound), errors.Is(err, drift.ErrRootNotDir), errors.Is(err, drift.ErrInvalidSpec):
+	case errors.Is(err, drift.ErrRootNotFound), errors.Is(err, drift.ErrRootNotDir), errors.Is(err, drift.ErrInvalidSpec),
+		errors.Is(err, drift.ErrRootPseudoFS):
 		return specError(field, root, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return &UnavailableError{fmt.Sprintf("fingerprinting %s took longer than %v", root, fingerprintTimeout), err}
+	case errors.As(err, &le):
+		return &UnavailableError{Msg: fmt.Sprintf("fingerprinting %s stopped at %s.%s = %d (raise it, or narrow include/exclude): %v",
+			root, limitsField, le.Limit, le.Value, err), Err: err, Limit: le}
 	}
-	return &UnavailableError{fmt.Sprintf("fingerprinting %s: %v", root, err), err}
+	return &UnavailableError{Msg: fmt.Sprintf("fingerprinting %s: %v", root, err), Err: err}
+}
+
+// CheckLimits validates the limits param of drift/status and drift/watch (a *SourcesError
+// naming limits.FIELD).
+func CheckLimits(lim *drift.Limits) error {
+	if err := lim.Validate(); err != nil {
+		return specError("", "", err)
+	}
+	return nil
+}
+
+// limitsField names the limits that bounded a check: the request's, or the sources'.
+func limitsField(explicit *drift.Limits) string {
+	if explicit != nil {
+		return "limits"
+	}
+	return "sources.limits"
+}
+
+// ConfiguredLimits returns the limits of a configured sources spec (workflow/configure) if it
+// is on root, else nil.
+func ConfiguredLimits(cfg json.RawMessage, root string) *drift.Limits {
+	if len(cfg) == 0 {
+		return nil
+	}
+	var spec drift.Spec
+	if json.Unmarshal(cfg, &spec) != nil || spec.Root != root {
+		return nil
+	}
+	return spec.Limits
 }

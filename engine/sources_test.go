@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,12 +87,17 @@ func TestFingerprintError(t *testing.T) {
 	}{
 		{"root gone", fmt.Errorf("scan: %w", drift.ErrRootNotFound), "sources.root", `invalid params: sources.root: directory "/src" does not exist`},
 		{"root not a directory", drift.ErrRootNotDir, "sources.root", `invalid params: sources.root: "/src" is not a directory`},
-		{"timeout", fmt.Errorf("walk: %w", context.DeadlineExceeded), "", "fingerprinting /src took longer than 2m0s"},
+		{"pseudo file system", fmt.Errorf("scan: %w", drift.ErrRootPseudoFS), "sources.root", ""},
+		{"bound", fmt.Errorf("walk: %w", &drift.LimitError{Root: "/src", Limit: "maxFiles", Value: 10}), "",
+			"fingerprinting /src stopped at sources.limits.maxFiles = 10 (raise it, or narrow include/exclude): walk: " +
+				(&drift.LimitError{Root: "/src", Limit: "maxFiles", Value: 10}).Error()},
 		{"I/O", errors.New("read a.txt: input/output error"), "", "fingerprinting /src: read a.txt: input/output error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := fingerprintError("sources", "/src", tc.err)
-			assert.Equal(t, tc.msg, err.Error())
+			err := fingerprintError("sources", "sources.limits", "/src", tc.err)
+			if tc.msg != "" {
+				assert.Equal(t, tc.msg, err.Error())
+			}
 			if tc.field != "" {
 				var se *SourcesError
 				require.ErrorAs(t, err, &se)

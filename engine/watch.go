@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ckptd/ckptd/drift"
@@ -20,8 +19,6 @@ const (
 	// maxDriftWatches bounds the watches of one ckptd process: each is an inotify instance, and
 	// Linux allows 128 per user by default (fs.inotify.max_user_instances).
 	maxDriftWatches = 16
-	// watchSetupTimeout bounds the initial scan of a watch.
-	watchSetupTimeout = 2 * time.Minute
 )
 
 // ErrWatchesClosed: CloseWatches was called, no new watches start.
@@ -59,8 +56,9 @@ type Watch struct {
 // watcher reports drift against). sink is called with the new watch's id before its watcher
 // starts, and returns where its batches go. Errors: ErrWatchesClosed, *TooManyWatchesError,
 // *SourcesError (the tree cannot be watched: gone, not a directory, bad spec) and
-// *UnavailableError.
-func (e *Engine) Watch(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, debounce time.Duration, sink func(id string) WatchSink) (*Watch, error) {
+// *UnavailableError. The watch's scans are bounded by lim (nil: the limits of the workflow's
+// configured sources on the same root, else the defaults).
+func (e *Engine) Watch(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits, debounce time.Duration, sink func(id string) WatchSink) (*Watch, error) {
 	d := &e.drift
 	d.mu.Lock()
 	switch {
@@ -83,20 +81,20 @@ func (e *Engine) Watch(ctx context.Context, ref store.ManifestRef, base *drift.M
 	}
 
 	wt := &Watch{ID: id, Ref: ref, Root: base.Spec.Root, sink: sink(id)}
-	sctx, cancel := context.WithTimeout(ctx, watchSetupTimeout)
-	w, err := drift.Watch(sctx, base.Spec, base, drift.WatchOptions{Debounce: debounce, Logger: e.log}, wt.sink.Batch)
-	cancel()
+	spec := base.Spec
+	spec.Limits = e.checkLimits(ctx, ref.WorkflowID, spec.Root, lim)
+	w, err := drift.Watch(ctx, spec, base, drift.WatchOptions{Debounce: debounce, Logger: e.log}, wt.sink.Batch)
 	if err != nil {
 		unreserve()
 		wt.sink.Stop(time.Second)
 		if errors.Is(err, drift.ErrRootNotFound) || errors.Is(err, drift.ErrRootNotDir) || errors.Is(err, drift.ErrInvalidSpec) {
 			return nil, &SourcesError{"sources.root", fmt.Sprintf("the sources of checkpoint %s cannot be watched: %v", ref.CheckpointID, err)}
 		}
-		hint := ""
-		if strings.Contains(err.Error(), "too many open files") {
-			hint = " (inotify instances per user: fs.inotify.max_user_instances)"
+		if errors.Is(err, drift.ErrLimit) {
+			return nil, fingerprintError("sources", limitsField(lim), spec.Root, err)
 		}
-		return nil, &UnavailableError{fmt.Sprintf("cannot watch %s: %v%s", base.Spec.Root, err, hint), err}
+		// The error says which limit ran out (open files, inotify instances or watches).
+		return nil, &UnavailableError{Msg: fmt.Sprintf("cannot watch %s: %v", base.Spec.Root, err), Err: err}
 	}
 	wt.w = w
 
@@ -154,7 +152,7 @@ func (e *Engine) watchOn(rowid int64) *Watch {
 	e.drift.mu.Lock()
 	defer e.drift.mu.Unlock()
 	for _, w := range e.drift.watches {
-		if w.Ref.Rowid == rowid {
+		if w.Ref.Key == rowid {
 			return w
 		}
 	}

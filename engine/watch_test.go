@@ -47,7 +47,7 @@ func (s *recSink) stopped() int {
 }
 
 // watched saves a checkpoint of src's sources and returns its ref and manifest.
-func watched(t *testing.T, e *Engine, st *store.Store, src, id string) (store.ManifestRef, *drift.Manifest) {
+func watched(t *testing.T, e *Engine, st store.Backend, src, id string) (store.ManifestRef, *drift.Manifest) {
 	t.Helper()
 	ctx := context.Background()
 	spec, err := CheckSources("sources", drift.Spec{Root: src})
@@ -78,13 +78,13 @@ func TestWatches(t *testing.T) {
 		sinks = append(sinks, s)
 		return s
 	}
-	w1, err := e.Watch(ctx, ref, base, 5*time.Millisecond, newSink)
+	w1, err := e.Watch(ctx, ref, base, nil, 5*time.Millisecond, newSink)
 	require.NoError(t, err)
 	assert.Equal(t, "w-1", w1.ID)
 	assert.Equal(t, "w-1", sinks[0].id)
 	assert.Equal(t, src, w1.Root)
 
-	st1, err := e.DriftStatus(ctx, ref, base)
+	st1, err := e.DriftStatus(ctx, ref, base, nil)
 	require.NoError(t, err)
 	assert.True(t, st1.Watched)
 	assert.False(t, st1.Drifted)
@@ -103,7 +103,7 @@ func TestWatches(t *testing.T) {
 		}
 		sinks[0].mu.Unlock()
 	}
-	st1, err = e.DriftStatus(ctx, ref, base)
+	st1, err = e.DriftStatus(ctx, ref, base, nil)
 	require.NoError(t, err)
 	assert.True(t, st1.Watched)
 	assert.True(t, st1.Drifted)
@@ -114,13 +114,13 @@ func TestWatches(t *testing.T) {
 	gone := t.TempDir()
 	ref2, base2 := watched(t, e, st, gone, "c-2")
 	require.NoError(t, os.RemoveAll(gone))
-	_, err = e.Watch(ctx, ref2, base2, 5*time.Millisecond, newSink)
+	_, err = e.Watch(ctx, ref2, base2, nil, 5*time.Millisecond, newSink)
 	var se *SourcesError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "sources.root", se.Field)
 	assert.Equal(t, 1, sinks[1].stopped())
 
-	w3, err := e.Watch(ctx, ref, base, 5*time.Millisecond, newSink)
+	w3, err := e.Watch(ctx, ref, base, nil, 5*time.Millisecond, newSink)
 	require.NoError(t, err)
 	assert.Equal(t, "w-3", w3.ID)
 
@@ -132,10 +132,10 @@ func TestWatches(t *testing.T) {
 	e.CloseWatches(time.Second)
 	assert.Equal(t, 1, sinks[2].stopped())
 	assert.Equal(t, 1, sinks[0].stopped(), "ended once")
-	st1, err = e.DriftStatus(ctx, ref, base)
+	st1, err = e.DriftStatus(ctx, ref, base, nil)
 	require.NoError(t, err)
 	assert.False(t, st1.Watched, "no watch left: checked instead")
-	_, err = e.Watch(ctx, ref, base, 5*time.Millisecond, newSink)
+	_, err = e.Watch(ctx, ref, base, nil, 5*time.Millisecond, newSink)
 	assert.ErrorIs(t, err, ErrWatchesClosed)
 	assert.Len(t, sinks, 3, "no sink for a refused watch")
 }

@@ -22,6 +22,9 @@ type DriftTargetParams struct {
 	CheckpointID string `json:"checkpointId"`
 	WorkflowID   string `json:"workflowId"`
 	Namespace    string `json:"namespace"`
+	// Limits bound the check (default: the limits of the workflow's configured sources on the
+	// same root, else the drift defaults).
+	Limits *drift.Limits `json:"limits"`
 }
 
 // DriftWatchParams are drift/watch's params.
@@ -72,7 +75,10 @@ type DriftStatus struct {
 	FullScan     bool              `json:"fullScan,omitempty"`
 	Reason       string            `json:"reason,omitempty"`
 	Warnings     []string          `json:"warnings,omitempty"`
-	Watched      bool              `json:"watched,omitempty"` // answered from an active drift/watch
+	// Unreadable: recorded paths that could not be checked now (a directory that cannot be
+	// searched or listed: "dir/"); their content is unknown, so drifted is true.
+	Unreadable []string `json:"unreadable,omitempty"`
+	Watched    bool     `json:"watched,omitempty"` // answered from an active drift/watch
 }
 
 // DriftChangedEvent is the drift/changed notification.
@@ -83,4 +89,7 @@ type DriftChangedEvent struct {
 	Drifted      bool           `json:"drifted"`
 	Rescan       bool           `json:"rescan,omitempty"`
 	Reason       string         `json:"reason,omitempty"`
+	// Stopped: the watch could not go on (file descriptors, memory or inotify ran out; the
+	// reason says which) and sends nothing more; drift/status checks the disk instead.
+	Stopped bool `json:"stopped,omitempty"`
 }

@@ -386,13 +386,14 @@ type Counters struct {
 type DBStats struct {
 	Path              string `json:"path"`
 	SizeBytes         int64  `json:"sizeBytes"`
-	WALBytes          int64  `json:"walBytes"`
+	WALBytes          int64  `json:"walBytes"` // the backend's "walBytes" figure (store.Health)
 	Workflows         int    `json:"workflows"`
 	Checkpoints       int    `json:"checkpoints"`
 	States            int    `json:"states"`
 	StatesStoredBytes int64  `json:"statesStoredBytes"`
-	// Pragmas are the SQLite settings in force on the connection saves commit through
-	// (store.PragmaNames; docs/durability.md), e.g. "synchronous": "2" for --durability full.
+	// Pragmas are the backend's settings (store.Health): on SQLite the settings in force on the
+	// connection saves commit through (sqlite.PragmaNames; docs/durability.md), e.g.
+	// "synchronous": "2" for --durability full.
 	Pragmas map[string]string `json:"pragmas,omitempty"`
 	// Compaction is this process's deferred compression: states saved raw and not yet compressed,
 	// and what the compactor has done since start.

@@ -14,12 +14,13 @@ import (
 	"github.com/ckptd/ckptd/framing"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // newSagaConn is a Server on pipes (like newLGConn) that keeps every checkpoint.
 func newSagaConn(t *testing.T) *lgConn {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "saga.db")})
+	st, err := sqlite.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "saga.db")})
 	require.NoError(t, err)
 	srv := New(st, Options{Version: "test", Durability: "full"})
 	inR, inW := io.Pipe()

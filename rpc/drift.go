@@ -40,6 +40,9 @@ func parseSources(field string, raw json.RawMessage) (drift.Spec, *jsonrpc2.Erro
 		return drift.Spec{}, invalidParams(field, "must be an object {root, include?, exclude?, gitignore?}")
 	}
 	var spec drift.Spec
+	if perr := checkParamKeys(raw, &spec, field+"."); perr != nil {
+		return drift.Spec{}, perr
+	}
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
@@ -75,6 +78,8 @@ func engineError(err error) *jsonrpc2.Error {
 	switch {
 	case errors.As(err, &se):
 		return invalidParams(se.Field, se.Reason)
+	case errors.As(err, &ue) && ue.Limit != nil:
+		return rpcError(protocol.CodeUnavailable, ue.Msg, map[string]any{"reason": ue.Err.Error(), "limit": ue.Limit.Limit, "value": ue.Limit.Value})
 	case errors.As(err, &ue):
 		return rpcError(protocol.CodeUnavailable, ue.Msg, map[string]string{"reason": ue.Err.Error()})
 	case errors.As(err, &tm):
@@ -156,11 +161,14 @@ func (s *Server) driftStatus(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
+	if err := engine.CheckLimits(p.Limits); err != nil {
+		return reply{}, engineError(err)
+	}
 	ref, base, perr := s.driftTarget(ctx, p)
 	if perr != nil {
 		return reply{}, perr
 	}
-	st, err := s.engine.DriftStatus(ctx, ref, base)
+	st, err := s.engine.DriftStatus(ctx, ref, base, p.Limits)
 	if err != nil {
 		return reply{}, engineError(err)
 	}
@@ -204,7 +212,7 @@ func (dw *driftWatch) Batch(b drift.Batch) {
 		}
 	}
 	ev := protocol.DriftChangedEvent{WatchID: dw.id, CheckpointID: dw.ref.CheckpointID, Changes: b.Changes,
-		Drifted: b.Drifted, Rescan: b.Rescan, Reason: b.Reason}
+		Drifted: b.Drifted, Rescan: b.Rescan, Reason: b.Reason, Stopped: b.Stopped}
 	if ev.Changes == nil {
 		ev.Changes = []drift.Change{}
 	}
@@ -290,12 +298,15 @@ func (s *Server) driftWatch(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		}
 		debounce = *p.DebounceMs
 	}
+	if err := engine.CheckLimits(p.Limits); err != nil {
+		return reply{}, engineError(err)
+	}
 	ref, base, perr := s.driftTarget(ctx, p.DriftTargetParams)
 	if perr != nil {
 		return reply{}, perr
 	}
 	var dw *driftWatch
-	w, err := s.engine.Watch(ctx, ref, base, time.Duration(debounce)*time.Millisecond, func(id string) engine.WatchSink {
+	w, err := s.engine.Watch(ctx, ref, base, p.Limits, time.Duration(debounce)*time.Millisecond, func(id string) engine.WatchSink {
 		dw = newDriftWatch(s, id, ref)
 		return dw
 	})

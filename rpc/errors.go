@@ -32,7 +32,8 @@ func invalidParams(field, reason string) *jsonrpc2.Error {
 	return rpcError(protocol.CodeInvalidParams, msg, map[string]string{"field": field, "reason": reason})
 }
 
-// decodeParams decodes a params object into v. Absent or null params decode as {}.
+// decodeParams decodes a params object into v. Absent or null params decode as {}. A name v
+// does not take, or takes spelt otherwise (case included), is refused (rpc/strict.go).
 func decodeParams(raw json.RawMessage, v any) *jsonrpc2.Error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -40,6 +41,9 @@ func decodeParams(raw json.RawMessage, v any) *jsonrpc2.Error {
 	}
 	if raw[0] != '{' {
 		return invalidParams("params", "must be an object")
+	}
+	if err := checkParamKeys(raw, v, ""); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -66,7 +70,7 @@ func goTypeName(t string) string {
 		return "boolean"
 	case strings.HasPrefix(t, "[]"):
 		return "array"
-	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "rpc."), strings.HasPrefix(t, "protocol."):
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "rpc."), strings.HasPrefix(t, "protocol."), strings.HasPrefix(t, "drift."):
 		return "object"
 	}
 	return t

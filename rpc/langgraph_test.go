@@ -15,6 +15,7 @@ import (
 	"github.com/ckptd/ckptd/framing"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // lgConn is a Server on pipes, spoken to with raw frames.
@@ -28,7 +29,7 @@ type lgConn struct {
 
 func newLGConn(t *testing.T) *lgConn {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "lg.db"),
+	st, err := sqlite.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "lg.db"),
 		DefaultRetention: store.Retention{KeepLast: 2}})
 	require.NoError(t, err)
 	srv := New(st, Options{Version: "test", Durability: "full", DefaultRetention: store.Retention{KeepLast: 2}})

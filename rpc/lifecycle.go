@@ -38,7 +38,7 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		ServerName:      "ckptd",
 		ServerVersion:   s.opts.Version,
 		ProtocolVersion: protocol.ProtocolVersion,
-		DBPath:          s.store.Path(),
+		DBPath:          s.store.About().Location,
 		Capabilities: protocol.Capabilities{
 			Attachments:   true,
 			StateTypes:    []string{"json", "bytes"},
@@ -75,9 +75,9 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	pragmas, err := s.store.Pragmas(ctx)
+	health, err := s.store.Health(ctx)
 	if err != nil { // diagnostics only: stats still answers
-		s.log.Warn("stats: cannot read pragmas", "error", err)
+		s.log.Warn("stats: cannot read the backend's health figures", "error", err)
 	}
 	return reply{result: protocol.StatsResult{
 		UptimeSeconds: time.Since(s.started).Seconds(),
@@ -86,12 +86,12 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		DB: protocol.DBStats{
 			Path:              db.Path,
 			SizeBytes:         db.SizeBytes,
-			WALBytes:          db.WALBytes,
+			WALBytes:          health.Figure("walBytes"),
 			Workflows:         db.Workflows,
 			Checkpoints:       db.Checkpoints,
 			States:            db.States,
 			StatesStoredBytes: db.StatesStoredBytes,
-			Pragmas:           pragmas,
+			Pragmas:           health.SettingsMap(),
 			Compaction:        protocol.CompactionStats(s.store.CompactionStats()),
 			BlobCache:         protocol.BlobCacheStats(s.store.BlobCacheStats()),
 		},

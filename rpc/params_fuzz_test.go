@@ -16,6 +16,7 @@ import (
 
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // fuzzCoreMethods are named by index in the seed corpus: append only. Methods registered
@@ -76,7 +77,7 @@ func fuzzAttachment(b []byte) ([]byte, bool) {
 // Seeds: ../testdata/fuzz/FuzzParams ("go test fuzz v1" files: method index, params, attachment).
 func FuzzParams(f *testing.F) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{
+	st, err := sqlite.Open(ctx, store.Options{
 		Path:             filepath.Join(f.TempDir(), "fuzz.db"),
 		Durability:       store.DurabilityNormal, // no fsync per commit: more execs
 		MaxStateBytes:    fuzzMaxState,

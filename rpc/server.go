@@ -36,7 +36,7 @@ type Options struct {
 
 // Server serves one client connection over a byte stream (stdin/stdout).
 type Server struct {
-	store   *store.Store
+	store   store.Backend
 	opts    Options
 	log     *slog.Logger
 	codec   *Codec
@@ -97,7 +97,7 @@ type rawField struct {
 }
 
 // New makes a Server for st.
-func New(st *store.Store, opts Options) *Server {
+func New(st store.Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

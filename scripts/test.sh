@@ -19,6 +19,9 @@ if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1
 echo "== go test -race"
 go test -race -count=1 ./...
 
+echo "== storage conformance suite, per backend (store/storetest)"
+go test -count=1 -run '^TestConformance$' -v ./store/... | grep -E 'storetest: [0-9]+ cases'
+
 if [ -d clients/python/tests ]; then
   echo "== python client"
   # A hung test fails after 240 s instead of stalling the run (pytest-timeout, optional locally).

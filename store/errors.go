@@ -1,14 +1,33 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
-
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
+
+// Errors a backend returns; callers test them with errors.Is / errors.As.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrConflict    = errors.New("conflict")
+	ErrTooLarge    = errors.New("too large")
+	ErrUnavailable = errors.New("storage unavailable")
+	ErrClosed      = errors.New("store closed")
+)
+
+// CorruptError says a stored checkpoint failed verification.
+type CorruptError struct {
+	CheckpointID string
+	WorkflowID   string // the checkpoint's workflow, when it could be read
+	Reason       string
+	// AlsoCorrupt: loading a workflow's latest checkpoint found every one corrupt; this one is
+	// the newest, AlsoCorrupt the older ones, newest first.
+	AlsoCorrupt []Recovery
+}
+
+func (e *CorruptError) Error() string {
+	return "checkpoint " + e.CheckpointID + " is corrupt: " + e.Reason
+}
 
 // InvalidError says a request carried a value the store cannot accept.
 type InvalidError struct {
@@ -18,7 +37,8 @@ type InvalidError struct {
 
 func (e *InvalidError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
 
-func invalid(field, format string, args ...any) error {
+// Invalid returns an *InvalidError for field.
+func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
@@ -35,53 +55,3 @@ func (e *TooLargeError) Error() string {
 
 // Is makes errors.Is(err, ErrTooLarge) true.
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
-
-// sqliteCode returns the primary SQLite result code of err, or 0.
-func sqliteCode(err error) int {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code() & 0xff
-	}
-	return 0
-}
-
-// isBusy reports SQLITE_BUSY / SQLITE_LOCKED: worth retrying.
-func isBusy(err error) bool {
-	switch sqliteCode(err) {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-		return true
-	}
-	return false
-}
-
-// isCorrupt reports SQLITE_CORRUPT: SQLite found a damaged page.
-func isCorrupt(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CORRUPT }
-
-// isUnavailable reports errors that mean the storage itself is failing (disk full, I/O, ...).
-func isUnavailable(err error) bool {
-	switch sqliteCode(err) {
-	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY,
-		sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
-		sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_NOLFS:
-		return true
-	}
-	return false
-}
-
-// wrapDB turns a database error into one of the store's errors (ErrUnavailable for storage failures),
-// adding op as context. Errors that are already store errors pass through with context.
-func wrapDB(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if sqliteCode(err) == sqlite3.SQLITE_INTERRUPT {
-		return fmt.Errorf("%s: %w", op, context.Canceled)
-	}
-	if isUnavailable(err) {
-		return fmt.Errorf("%s: %w: %v", op, ErrUnavailable, err)
-	}
-	return fmt.Errorf("%s: %w", op, err)
-}

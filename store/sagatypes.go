@@ -11,6 +11,12 @@ import (
 	"time"
 )
 
+// Limits of a registered compensation (and of a validation's message and details).
+const (
+	MaxCompensationActionBytes = 1 << 20
+	MaxCompensationTextBytes   = 64 << 10
+)
+
 // Validation is the validation saved with a checkpoint: its status as classified when it was
 // saved, the confidence and the thresholds it was classified against.
 type Validation struct {
@@ -34,33 +40,33 @@ type validationRecord struct {
 	Details    json.RawMessage `json:"details,omitempty"`
 }
 
-// encodeValidation checks v and returns its stored form (deterministic: part of the save's
-// idempotency digest).
-func encodeValidation(v *Validation) ([]byte, error) {
+// EncodeValidation checks v and returns its stored record (deterministic: part of the save's
+// idempotency digest; DecodeValidation reads it back).
+func EncodeValidation(v *Validation) ([]byte, error) {
 	if !ValidationStatusValid(v.Status) {
-		return nil, invalid("validation.status", "%q is not one of passed, warning, failed", v.Status)
+		return nil, Invalid("validation.status", "%q is not one of passed, warning, failed", v.Status)
 	}
 	for _, f := range []struct {
 		name string
 		v    float64
 	}{{"validation.confidence", v.Confidence}, {"validation.min", v.Min}, {"validation.warning", v.Warning}} {
 		if math.IsNaN(f.v) || f.v < 0 || f.v > 1 {
-			return nil, invalid(f.name, "not a number in [0, 1]")
+			return nil, Invalid(f.name, "not a number in [0, 1]")
 		}
 	}
 	rec := validationRecord{Confidence: v.Confidence, Min: v.Min, Warning: v.Warning, Message: v.Message}
 	if d := v.Details; len(d) > 0 && string(d) != "null" {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, d); err != nil {
-			return nil, invalid("validation.details", "not valid JSON: %v", err)
+			return nil, Invalid("validation.details", "not valid JSON: %v", err)
 		}
 		rec.Details = json.RawMessage(buf.Bytes())
 	}
 	return json.Marshal(rec)
 }
 
-// decodeValidation reads a stored validation; a record that does not decode is corruption.
-func decodeValidation(checkpointID, status string, raw []byte) (*Validation, error) {
+// DecodeValidation reads a stored validation record; one that does not decode is corruption.
+func DecodeValidation(checkpointID, status string, raw []byte) (*Validation, error) {
 	var rec validationRecord
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return nil, &CorruptError{CheckpointID: checkpointID, Reason: "stored validation does not decode: " + err.Error()}

@@ -2,11 +2,62 @@ package store
 
 import (
 	"encoding/json"
-	"errors"
+	"fmt"
+	"log/slog"
 	"time"
-
-	"github.com/ckptd/ckptd/drift"
 )
+
+// Durability modes.
+const (
+	DurabilityFull   = "full"
+	DurabilityNormal = "normal"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultMaxStateBytes     = 64 << 20
+	DefaultCompressThreshold = 4096
+	DefaultKeepLast          = 10
+	DefaultBlobCacheBytes    = 16 << 20
+)
+
+// FormatVersion is the checkpoint format version this build writes (Summary.FormatVersion).
+const FormatVersion = 1
+
+// Limits of identifiers.
+const (
+	MaxWorkflowIDBytes   = 512
+	MaxCheckpointIDBytes = 256
+)
+
+// List limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// Options configure a backend. Every backend takes them; what a field means for storage is
+// described backend-neutrally.
+type Options struct {
+	// Path names the database: a SQLite file path (parent directories are created 0700, the
+	// file 0600).
+	Path string
+	// Durability is "full" (default: an acknowledged save survives power loss) or "normal"
+	// (it survives a crash of ckptd; power loss may lose the last saves).
+	Durability        string
+	DefaultRetention  Retention // used by workflows without their own; zero value = keep everything (pass KeepLast: DefaultKeepLast for the CLI default)
+	MaxStateBytes     int64     // default 64 MiB
+	CompressThreshold int       // zstd above this many bytes (default 4096; < 0: never)
+	CompressInline    bool      // compress on the save path instead of deferring it to a background compactor
+	// NoCompactor leaves states saved raw by others (a running daemon) alone: no background
+	// compactor, no compression at Close. For short-lived tools; their own saves compress inline.
+	NoCompactor bool
+	// BlobCacheBytes sizes the in-memory cache of LangGraph channel values: 0 means
+	// DefaultBlobCacheBytes, < 0 none.
+	BlobCacheBytes int64
+	Logger         *slog.Logger
+	Now            func() time.Time // default time.Now
+}
 
 // Phase is where in a step a checkpoint was taken.
 type Phase string
@@ -59,9 +110,9 @@ type SaveRequest struct {
 	PendingTasks   json.RawMessage // JSON array or nil
 	WorkflowHash   string
 	Metadata       json.RawMessage // JSON object or nil
-	// Manifest, if set, is the source fingerprint recorded with the checkpoint (EncodeManifest;
-	// store/manifests.go). It is not part of the idempotency digest.
-	Manifest *EncodedManifest
+	// Manifest, if set, is the source fingerprint recorded with the checkpoint, in storage form
+	// (drift.EncodeManifest; see ManifestRecord). It is not part of the idempotency digest.
+	Manifest *ManifestRecord
 	// Validation, if set, is the step's validation as classified (store/sagatypes.go); it is
 	// part of the idempotency digest.
 	Validation *Validation
@@ -126,9 +177,9 @@ type Checkpoint struct {
 	CompletedTasks json.RawMessage
 	PendingTasks   json.RawMessage
 	PendingWrites  []Write
-	// Manifest is the drift manifest recorded with the checkpoint, if any. Only Export fills
-	// it and Import stores it; loads leave it nil (Store.Manifest reads it).
-	Manifest *drift.Manifest
+	// Manifest is the source manifest recorded with the checkpoint, in storage form, if any.
+	// Only Export fills it and Import stores it; loads leave it nil (Manifests.Manifest reads it).
+	Manifest *ManifestRecord
 }
 
 // Recovery names a corrupt checkpoint skipped by a latest-load.
@@ -188,36 +239,252 @@ type WorkflowInfo struct {
 	StoredBytes int64
 }
 
-// DBStats describes the database as a whole.
+// RetentionItem is one checkpoint as retention sees it.
+type RetentionItem struct {
+	Seq       int64
+	ID        string
+	CreatedAt time.Time
+}
+
+// DBStats describes the checkpoint family of the database as a whole.
 type DBStats struct {
-	Path              string
-	SizeBytes         int64
-	WALBytes          int64
+	Path              string // the database: its file path (SQLite)
+	SizeBytes         int64  // of the database as stored (SQLite: the main file)
 	Workflows         int
 	Checkpoints       int
 	States            int
 	StatesStoredBytes int64
 }
 
-// Errors the store returns; callers test them with errors.Is / errors.As.
-var (
-	ErrNotFound    = errors.New("not found")
-	ErrConflict    = errors.New("conflict")
-	ErrTooLarge    = errors.New("too large")
-	ErrUnavailable = errors.New("storage unavailable")
-	ErrClosed      = errors.New("store closed")
-)
-
-// CorruptError says a stored checkpoint failed verification.
-type CorruptError struct {
-	CheckpointID string
-	WorkflowID   string // the checkpoint's workflow, when it could be read
-	Reason       string
-	// AlsoCorrupt: loading a workflow's latest checkpoint found every one corrupt; this one is
-	// the newest, AlsoCorrupt the older ones, newest first.
-	AlsoCorrupt []Recovery
+// Usage is what DBStats does not say about the checkpoints' space.
+type Usage struct {
+	StateBytes        int64 // sum of every checkpoint's state size as sent (before dedup and compression)
+	CheckpointStored  int64 // sum of every checkpoint's stored size (a shared state counts once per checkpoint)
+	ResumableWorkflow int
+	CompletedWorkflow int
 }
 
-func (e *CorruptError) Error() string {
-	return "checkpoint " + e.CheckpointID + " is corrupt: " + e.Reason
+// Health is what a backend alone knows about itself: figures and settings of its own, in a
+// stable order (About names the backend). Callers show them; they never read a backend's
+// storage themselves.
+type Health struct {
+	// Figures are sizes and counters in the backend's terms, e.g. SQLite's "walBytes" (the
+	// write-ahead log) and "freeBytes" (pages on the free list, reclaimable).
+	Figures []Figure
+	// Settings are the settings in force that the durability and space promises rest on, as
+	// the database reports them (SQLite: the PRAGMAs of the connection saves commit through).
+	// Nil when they cannot be read.
+	Settings []Setting
+}
+
+// Figure is one of Health's figures.
+type Figure struct {
+	Name  string
+	Value int64
+}
+
+// Setting is one of Health's settings.
+type Setting struct {
+	Name, Value string
+}
+
+// Figure returns the figure called name, 0 when the backend has none.
+func (h Health) Figure(name string) int64 {
+	for _, f := range h.Figures {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return 0
+}
+
+// SettingsMap returns Settings as a map (nil without settings).
+func (h Health) SettingsMap() map[string]string {
+	if h.Settings == nil {
+		return nil
+	}
+	m := make(map[string]string, len(h.Settings))
+	for _, s := range h.Settings {
+		m[s.Name] = s.Value
+	}
+	return m
+}
+
+// About names a backend and its database for people.
+type About struct {
+	Name     string // "SQLite"
+	Location string // the database: its file path (SQLite)
+	// Integrity is what IntegrityCheck runs, for progress messages ("PRAGMA integrity_check").
+	Integrity string
+}
+
+// CompactionStats says how far deferred compression has got in this process.
+type CompactionStats struct {
+	PendingStates int   `json:"pendingStates"`
+	PendingBytes  int64 `json:"pendingBytes"`
+	Compacted     int64 `json:"compacted"`
+	SavedBytes    int64 `json:"savedBytes"`
+}
+
+// BlobCacheStats describes the in-memory cache of LangGraph channel values.
+type BlobCacheStats struct {
+	Entries  int
+	Bytes    int64
+	MaxBytes int64
+	Hits     uint64
+	Misses   uint64
+}
+
+// Inspection is a checkpoint as a debugging tool sees it, intact or not.
+type Inspection struct {
+	// Checkpoint holds every stored field. State is set only when the checkpoint verifies.
+	Checkpoint
+	// Corrupt is why verification failed; empty when the checkpoint is intact.
+	Corrupt string
+	// Encoding is how the state is stored: "raw", "raw (compression pending)", "zstd",
+	// "chunked zstd", or "" without state (or when its blob is missing).
+	Encoding string
+	// SharedWith counts the other checkpoints that refer to the same stored state bytes.
+	SharedWith int
+}
+
+// WorkflowRecord is a workflow's own row: what Export reports and Import recreates.
+type WorkflowRecord struct {
+	WorkflowID  string
+	Retention   *Retention      // nil: none configured (the server default applies)
+	Config      json.RawMessage // nil: none
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	CompletedAt time.Time // zero: not completed
+}
+
+// Import outcomes.
+const (
+	ImportAdded   = "imported" // written with its original seq
+	ImportSkipped = "skipped"  // already present with identical content: left untouched
+)
+
+// ImportedCheckpoint is what happened to one imported checkpoint.
+type ImportedCheckpoint struct {
+	CheckpointID string
+	Status       string // ImportAdded or ImportSkipped
+	OriginalSeq  int64  // seq in the source
+	Seq          int64  // seq in this database (differs when renumbered, or when skipped after an earlier renumbering)
+}
+
+// ImportResult reports an Import.
+type ImportResult struct {
+	WorkflowID      string
+	CreatedWorkflow bool // the workflow did not exist here before
+	Checkpoints     []ImportedCheckpoint
+	Imported        int
+	Skipped         int
+	Renumbered      int // imported with a new seq because the original was not after every existing one
+	DryRun          bool
+}
+
+// ImportOptions tune Import and LGImport.
+type ImportOptions struct {
+	DryRun bool // do everything, report, then roll back
+}
+
+// --- source manifests (see manifests.go) ---------------------------------------------------
+
+// ManifestKeyLen is the length of a chunk id and of an entry key.
+const ManifestKeyLen = 16
+
+// ManifestRecord is a source manifest in storage form.
+type ManifestRecord struct {
+	Root   string // the absolute sources root (LatestSourcesRef finds manifests by it)
+	Files  int    // number of entries
+	Header []byte
+	Chunks []ManifestChunk
+}
+
+// ManifestChunk is one chunk of a ManifestRecord.
+type ManifestChunk struct {
+	ID      []byte   // ManifestKeyLen bytes
+	Keys    []byte   // the entries' keys, ManifestKeyLen bytes each, concatenated
+	Entries [][]byte // the entries' bytes: Entries[i] is named by Keys[i*ManifestKeyLen:]
+}
+
+// Validate checks the shape a backend relies on: ids and keys of ManifestKeyLen bytes, one
+// entry per key, Files entries in all.
+func (r *ManifestRecord) Validate() error {
+	n := 0
+	for i, c := range r.Chunks {
+		if len(c.ID) != ManifestKeyLen || len(c.Keys) != len(c.Entries)*ManifestKeyLen {
+			return fmt.Errorf("chunk %d: id of %d bytes, %d key bytes for %d entries", i, len(c.ID), len(c.Keys), len(c.Entries))
+		}
+		n += len(c.Entries)
+	}
+	if n != r.Files {
+		return fmt.Errorf("%d entries, %d files", n, r.Files)
+	}
+	return nil
+}
+
+// ChunkIDs are the ids of r's chunks, concatenated: what a backend records per checkpoint.
+func (r *ManifestRecord) ChunkIDs() []byte {
+	ids := make([]byte, 0, len(r.Chunks)*ManifestKeyLen)
+	for _, c := range r.Chunks {
+		ids = append(ids, c.ID...)
+	}
+	return ids
+}
+
+// ManifestRef is a checkpoint as the drift methods need it: who it is, and whether (and for
+// which root) a manifest was recorded with it.
+type ManifestRef struct {
+	Key          int64 // the backend's id of the checkpoint: stable for its lifetime, never reused
+	CheckpointID string
+	WorkflowID   string
+	Namespace    string
+	Seq          int64
+	Phase        Phase
+	Step         int64
+	StepName     string
+	HasManifest  bool
+	Root         string // HasManifest: the absolute sources root
+	Files        int    // HasManifest: entries recorded
+}
+
+// ManifestProblem is a checkpoint whose recorded source manifest cannot be read back whole.
+type ManifestProblem struct {
+	CheckpointID string
+	WorkflowID   string
+	Seq          int64
+	Reason       string
+}
+
+// ManifestCounts are the manifest rows VerifyManifests checked.
+type ManifestCounts struct {
+	Manifests int // checkpoints with a manifest
+	Entries   int // distinct file entries stored for them
+}
+
+// ManifestScan receives the stored manifest rows of Manifests.ScanManifests, from one snapshot:
+// every distinct entry, then every distinct chunk, then each checkpoint's manifest (by workflow,
+// then seq). A callback's error stops the scan and is returned.
+type ManifestScan struct {
+	Entry    func(key, data []byte) error
+	Chunk    func(id, keys []byte) error
+	Manifest func(m StoredManifest) error
+}
+
+// StoredManifest is one checkpoint's manifest row.
+type StoredManifest struct {
+	CheckpointID string
+	WorkflowID   string
+	Seq          int64
+	Header       []byte
+	ChunkIDs     []byte // concatenated
+}
+
+// ManifestChecker checks the content of stored manifest rows (drift.StoredChecker): the store
+// knows only that they are byte strings named by content addresses.
+type ManifestChecker interface {
+	CheckEntry(key, data []byte) error // the entry's bytes against its key, and that it decodes
+	CheckChunk(id, keys []byte) error  // a chunk's key list against its id
+	CheckHeader(header []byte) error   // that a manifest header decodes
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -189,8 +190,8 @@ func (a *archiveWriter) begin(h archiveHeader, rec store.WorkflowRecord) error {
 }
 
 // checkpoint writes a C record, its S record when the checkpoint has state and its m record when
-// it has a drift manifest.
-func (a *archiveWriter) checkpoint(cp store.Checkpoint) error {
+// it has a drift manifest (m, nil without one).
+func (a *archiveWriter) checkpoint(cp store.Checkpoint, m *drift.Manifest) error {
 	for _, s := range []string{cp.CheckpointID, cp.WorkflowID, cp.Namespace, cp.ParentID, cp.StepName, cp.WorkflowHash} {
 		if !utf8.ValidString(s) {
 			return fmt.Errorf("checkpoint %q: field %q is not valid UTF-8: it cannot be archived", cp.CheckpointID, s)
@@ -220,14 +221,14 @@ func (a *archiveWriter) checkpoint(cp store.Checkpoint) error {
 			return err
 		}
 	}
-	if cp.Manifest == nil {
+	if m == nil {
 		return nil
 	}
-	m, err := drift.MarshalManifest(cp.Manifest)
+	mb, err := drift.MarshalManifest(m)
 	if err != nil {
 		return fmt.Errorf("checkpoint %q: source manifest: %w", cp.CheckpointID, err)
 	}
-	return a.jsonRecord(recManifest, archiveManifest{CheckpointID: cp.CheckpointID, Manifest: m})
+	return a.jsonRecord(recManifest, archiveManifest{CheckpointID: cp.CheckpointID, Manifest: mb})
 }
 
 // finish writes the E record, ends the body and writes the trailer.
@@ -463,10 +464,10 @@ func (a *archiveReader) workflow() (store.WorkflowRecord, error) {
 // checkpoints yields every checkpoint, verified (state size and SHA-256), in seq order. The
 // sequence ends with an error if anything is wrong, including a digest mismatch found after the
 // last checkpoint: a consumer that stops at the first error never acts on a damaged archive.
-func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
-	return func(yield func(store.Checkpoint, error) bool) {
+func (a *archiveReader) checkpoints() iter.Seq2[engine.Sourced, error] {
+	return func(yield func(engine.Sourced, error) bool) {
 		if a.failed != nil {
-			yield(store.Checkpoint{}, a.failed)
+			yield(engine.Sourced{}, a.failed)
 			return
 		}
 		n := 0
@@ -478,7 +479,7 @@ func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
 		for {
 			if next {
 				if kind, b, err = a.record(maxJSONRecord); err != nil {
-					yield(store.Checkpoint{}, a.fail(err))
+					yield(engine.Sourced{}, a.fail(err))
 					return
 				}
 			}
@@ -486,28 +487,29 @@ func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
 			switch {
 			case kind == recEnd:
 				if err := a.end(b, n); err != nil {
-					yield(store.Checkpoint{}, err)
+					yield(engine.Sourced{}, err)
 				}
 				return
 			case kind == recCheckpoint:
 			case kind == recManifest:
-				yield(store.Checkpoint{}, a.fail(errors.New("a source manifest record before any checkpoint")))
+				yield(engine.Sourced{}, a.fail(errors.New("a source manifest record before any checkpoint")))
 				return
 			case kind >= 'a' && kind <= 'z':
 				continue // an optional record of a newer writer: skipped (the digest still covers it)
 			default:
-				yield(store.Checkpoint{}, a.fail(fmt.Errorf("unexpected %q record after %d checkpoints", kind, n)))
+				yield(engine.Sourced{}, a.fail(fmt.Errorf("unexpected %q record after %d checkpoints", kind, n)))
 				return
 			}
-			cp, err := a.checkpoint(b, n, lastSeq)
+			c, err := a.checkpoint(b, n, lastSeq)
+			cp := engine.Sourced{Checkpoint: c}
 			if err != nil {
-				yield(store.Checkpoint{}, a.fail(err))
+				yield(engine.Sourced{}, a.fail(err))
 				return
 			}
 			// The optional records after it: its manifest, and any a newer writer added.
 			for {
 				if kind, b, err = a.record(maxJSONRecord); err != nil {
-					yield(store.Checkpoint{}, a.fail(err))
+					yield(engine.Sourced{}, a.fail(err))
 					return
 				}
 				if kind < 'a' || kind > 'z' {
@@ -516,8 +518,8 @@ func (a *archiveReader) checkpoints() iter.Seq2[store.Checkpoint, error] {
 				if kind != recManifest {
 					continue
 				}
-				if cp.Manifest, err = a.manifest(b, cp); err != nil {
-					yield(store.Checkpoint{}, a.fail(err))
+				if cp.Sources, err = a.manifest(b, cp); err != nil {
+					yield(engine.Sourced{}, a.fail(err))
 					return
 				}
 			}
@@ -595,7 +597,7 @@ func (a *archiveReader) checkpoint(b []byte, n int, lastSeq int64) (store.Checkp
 }
 
 // manifest decodes the m record b that follows checkpoint cp.
-func (a *archiveReader) manifest(b []byte, cp store.Checkpoint) (*drift.Manifest, error) {
+func (a *archiveReader) manifest(b []byte, cp engine.Sourced) (*drift.Manifest, error) {
 	var am archiveManifest
 	if err := json.Unmarshal(b, &am); err != nil {
 		return nil, fmt.Errorf("checkpoint %q: source manifest record: %v", cp.CheckpointID, err)
@@ -603,7 +605,7 @@ func (a *archiveReader) manifest(b []byte, cp store.Checkpoint) (*drift.Manifest
 	switch {
 	case am.CheckpointID != cp.CheckpointID:
 		return nil, fmt.Errorf("checkpoint %q is followed by the source manifest of %q", cp.CheckpointID, am.CheckpointID)
-	case cp.Manifest != nil:
+	case cp.Sources != nil:
 		return nil, fmt.Errorf("checkpoint %q: a second source manifest", cp.CheckpointID)
 	}
 	m, err := drift.UnmarshalManifest(am.Manifest)

@@ -43,7 +43,7 @@ func fixDigest(b []byte) []byte {
 // reads again unchanged.
 func FuzzArchive(f *testing.F) {
 	rec, cps := archiveCheckpoints()
-	cps[0].Manifest, cps[2].Manifest = fuzzManifest(), fuzzManifest()
+	cps[0].Sources, cps[2].Sources = fuzzManifest(), fuzzManifest()
 	for _, comp := range []byte{compressionNone, compressionZstd} {
 		var buf bytes.Buffer
 		aw, err := newArchiveWriter(&buf, comp)
@@ -51,7 +51,7 @@ func FuzzArchive(f *testing.F) {
 		require.NoError(f, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, WorkflowID: "wf",
 			Checkpoints: len(cps), ExportedAt: "2026-01-02T00:00:00Z", CkptdVersion: "fuzz"}, rec))
 		for _, cp := range cps {
-			require.NoError(f, aw.checkpoint(cp))
+			require.NoError(f, aw.checkpoint(cp.Checkpoint, cp.Sources))
 		}
 		require.NoError(f, aw.finish())
 		f.Add(buf.Bytes())
@@ -73,7 +73,7 @@ func FuzzArchive(f *testing.F) {
 		require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, WorkflowID: rec.WorkflowID,
 			Checkpoints: len(got)}, rec))
 		for _, cp := range got {
-			if err := aw.checkpoint(cp); err != nil {
+			if err := aw.checkpoint(cp.Checkpoint, cp.Sources); err != nil {
 				return // accepted but not archivable (say, a string that is not UTF-8)
 			}
 		}
@@ -85,11 +85,11 @@ func FuzzArchive(f *testing.F) {
 		for i := range got {
 			require.Equal(t, got[i].CheckpointID, again[i].CheckpointID)
 			require.Equal(t, got[i].State, again[i].State)
-			require.Equal(t, got[i].Manifest == nil, again[i].Manifest == nil)
-			if got[i].Manifest != nil {
-				a, err := drift.MarshalManifest(got[i].Manifest)
+			require.Equal(t, got[i].Sources == nil, again[i].Sources == nil)
+			if got[i].Sources != nil {
+				a, err := drift.MarshalManifest(got[i].Sources)
 				require.NoError(t, err)
-				b, err := drift.MarshalManifest(again[i].Manifest)
+				b, err := drift.MarshalManifest(again[i].Sources)
 				require.NoError(t, err)
 				require.Equal(t, a, b)
 			}

@@ -16,25 +16,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
 )
 
-func archiveCheckpoints() (store.WorkflowRecord, []store.Checkpoint) {
+func archiveCheckpoints() (store.WorkflowRecord, []engine.Sourced) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
 	rec := store.WorkflowRecord{WorkflowID: "wf", Retention: &store.Retention{KeepLast: 3, KeepFirst: true},
 		Config: []byte(`{"a": 1}`), CreatedAt: t0, UpdatedAt: t0.Add(time.Hour)}
-	mk := func(i int, typ store.StateType, state []byte) store.Checkpoint {
-		cp := store.Checkpoint{Summary: store.Summary{CheckpointID: fmt.Sprintf("c-%d", i), WorkflowID: "wf", Seq: int64(i * 2),
+	mk := func(i int, typ store.StateType, state []byte) engine.Sourced {
+		cp := engine.Sourced{Checkpoint: store.Checkpoint{Summary: store.Summary{CheckpointID: fmt.Sprintf("c-%d", i), WorkflowID: "wf", Seq: int64(i * 2),
 			Phase: store.PhaseCompleted, Step: int64(i), StepName: "step é", CreatedAt: t0.Add(time.Duration(i) * time.Minute),
 			StateType: typ, FormatVersion: 1, WorkflowHash: "h", Metadata: []byte(`{"k": "<v>"}`)},
-			State: state, CompletedTasks: []byte(`[ "x" ]`)}
+			State: state, CompletedTasks: []byte(`[ "x" ]`)}}
 		if typ != store.StateNone {
 			sum := sha256.Sum256(state)
 			cp.SHA256, cp.SizeBytes = hex.EncodeToString(sum[:]), int64(len(state))
 		}
 		return cp
 	}
-	cps := []store.Checkpoint{
+	cps := []engine.Sourced{
 		mk(1, store.StateJSON, cliState(3000)),
 		mk(2, store.StateBytes, []byte{0, 1, 2, 0xff}),
 		mk(3, store.StateNone, nil),
@@ -56,13 +57,13 @@ func writeTestArchive(t *testing.T, compression byte) []byte {
 	require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, WorkflowID: "wf",
 		Checkpoints: len(cps), ExportedAt: "2026-01-02T00:00:00Z", CkptdVersion: "test"}, rec))
 	for _, cp := range cps {
-		require.NoError(t, aw.checkpoint(cp))
+		require.NoError(t, aw.checkpoint(cp.Checkpoint, cp.Sources))
 	}
 	require.NoError(t, aw.finish())
 	return buf.Bytes()
 }
 
-func readTestArchive(b []byte) (store.WorkflowRecord, []store.Checkpoint, error) {
+func readTestArchive(b []byte) (store.WorkflowRecord, []engine.Sourced, error) {
 	ar, err := openArchive(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		return store.WorkflowRecord{}, nil, err
@@ -72,7 +73,7 @@ func readTestArchive(b []byte) (store.WorkflowRecord, []store.Checkpoint, error)
 	if err != nil {
 		return rec, nil, err
 	}
-	var out []store.Checkpoint
+	var out []engine.Sourced
 	for cp, err := range ar.checkpoints() {
 		if err != nil {
 			return rec, out, err
@@ -200,7 +201,7 @@ func TestArchiveOptionalRecords(t *testing.T) {
 		require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, WorkflowID: "wf",
 			Checkpoints: len(cps)}, rec))
 		for _, cp := range cps {
-			require.NoError(t, aw.checkpoint(cp))
+			require.NoError(t, aw.checkpoint(cp.Checkpoint, cp.Sources))
 			require.NoError(t, aw.record(kind, []byte(`{"future":true}`)))
 		}
 		require.NoError(t, aw.finish())
@@ -226,7 +227,7 @@ func TestArchiveManifests(t *testing.T) {
 	require.NoError(t, err)
 	mb, err := drift.MarshalManifest(m)
 	require.NoError(t, err)
-	cps[0].Manifest, cps[2].Manifest = m, m // a checkpoint with state, one without
+	cps[0].Sources, cps[2].Sources = m, m // a checkpoint with state, one without
 
 	// build writes the archive; extra(i) adds records after checkpoint i's own (before: i = -1)
 	build := func(extra func(aw *archiveWriter, i int)) []byte {
@@ -237,7 +238,7 @@ func TestArchiveManifests(t *testing.T) {
 			Checkpoints: len(cps)}, rec))
 		extra(aw, -1)
 		for i, cp := range cps {
-			require.NoError(t, aw.checkpoint(cp))
+			require.NoError(t, aw.checkpoint(cp.Checkpoint, cp.Sources))
 			extra(aw, i)
 		}
 		require.NoError(t, aw.finish())
@@ -255,12 +256,12 @@ func TestArchiveManifests(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, len(cps))
 	for i := range cps {
-		if cps[i].Manifest == nil {
-			assert.Nil(t, got[i].Manifest, i)
+		if cps[i].Sources == nil {
+			assert.Nil(t, got[i].Sources, i)
 			continue
 		}
-		require.NotNil(t, got[i].Manifest, i)
-		b, err := drift.MarshalManifest(got[i].Manifest)
+		require.NotNil(t, got[i].Sources, i)
+		b, err := drift.MarshalManifest(got[i].Sources)
 		require.NoError(t, err)
 		assert.Equal(t, mb, b, i)
 	}

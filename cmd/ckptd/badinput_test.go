@@ -18,6 +18,7 @@ import (
 
 	"github.com/ckptd/ckptd/framing"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // Bad input through the real binary: every case gets the right JSON-RPC error (or, for the
@@ -418,7 +419,7 @@ func TestBadInputStdinClosedMidFrame(t *testing.T) {
 
 			// on disk: read back in-process (a second daemon per case only costs time)
 			ctx := context.Background()
-			st, err := store.Open(ctx, store.Options{Path: db})
+			st, err := sqlite.Open(ctx, store.Options{Path: db})
 			require.NoError(t, err)
 			defer st.Close()
 			for id, sum := range acked {

@@ -37,7 +37,7 @@ func registerDBFlags(fs *flag.FlagSet, g *globalFlags) {
 
 // withStore opens the database named by g, runs f and closes it. Without create, a database
 // file that does not exist is an error instead of being created empty.
-func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(*store.Store) error) (err error) {
+func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(store.Backend) error) (err error) {
 	if err := g.validate(); err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(
 			return fmt.Errorf("no database at %s (use --db PATH)", path)
 		}
 	}
-	st, err := store.Open(ctx, store.Options{
+	st, err := openBackend(ctx, store.Options{
 		Path:          path,
 		Durability:    g.durability,
 		MaxStateBytes: cliMaxStateBytes,

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/cli")
@@ -140,7 +141,7 @@ type cliDB struct {
 	t    *testing.T
 	dir  string
 	path string
-	st   *store.Store
+	st   *sqlite.Store
 }
 
 // newCLIDB opens (creating) dir/ckptd.db with the given clock (nil: cliStart, one minute per save).
@@ -153,7 +154,7 @@ func newCLIDB(t *testing.T, clock func() time.Time) *cliDB {
 	db := &cliDB{t: t, dir: dir, path: filepath.Join(dir, "ckptd.db")}
 	// CompressInline: the fixtures must be stored the same way whatever the machine's load (the
 	// compactor at Close has a time budget), since goldens show stored sizes and corruption texts.
-	st, err := store.Open(context.Background(), store.Options{Path: db.path, Now: clock, CompressInline: true})
+	st, err := sqlite.Open(context.Background(), store.Options{Path: db.path, Now: clock, CompressInline: true})
 	require.NoError(t, err)
 	db.st = st
 	t.Cleanup(func() { _ = db.st.Close() })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
@@ -48,7 +49,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		eng := engine.New(st, log)
 		var ref store.ManifestRef
 		var err error
@@ -76,7 +77,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		ds, err := eng.CheckpointDrift(ctx, ref, base) // what drift/status answers
+		ds, err := eng.CheckpointDrift(ctx, ref, base, nil) // what drift/status answers (within the configured limits)
 		if err != nil {
 			return fmt.Errorf("checking %s: %w", base.Spec.Root, err)
 		}
@@ -108,6 +109,9 @@ func driftText(w io.Writer, ref store.ManifestRef, ds protocol.DriftStatus) erro
 	row("sources", fmt.Sprintf("%s (%s checked)", ds.Root, plural(ds.FilesChecked, "file", "files")))
 	if ds.Drifted {
 		row("drifted", fmt.Sprintf("yes: %d changed, %d added, %d deleted", len(ds.Changed), len(ds.Added), len(ds.Deleted)))
+		if len(ds.Unreadable) > 0 {
+			row("unreadable", strings.Join(ds.Unreadable, ", ")+" (could not be read: they may have changed)")
+		}
 	} else {
 		row("drifted", "no")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 )
@@ -280,6 +281,11 @@ func TestDriftBadParams(t *testing.T) {
 		{"root not a string", map[string]any{"root": 7}, "sources.root", "expected string"},
 		{"bad glob", map[string]any{"root": src, "include": []string{"ok/**", "[bad"}}, "sources.include[1]", "not a valid glob"},
 		{"absolute pattern", map[string]any{"root": src, "exclude": []string{"/abs"}}, "sources.exclude[0]", "relative"},
+		{"include element not a string", map[string]any{"root": src, "include": []any{"ok/**", 1}}, "sources.include[1]", "expected string"},
+		{"exclude element not a string", map[string]any{"root": src, "exclude": []any{map[string]any{}}}, "sources.exclude[0]", "expected string"},
+		{"include not an array", map[string]any{"root": src, "include": "*.py"}, "sources.include", "expected array"},
+		{"limits not an object", map[string]any{"root": src, "limits": 5}, "sources.limits", "expected object"},
+		{"pseudo file system", map[string]any{"root": "/proc"}, "sources.root", "pseudo file system"},
 		{"array", []string{src}, "sources", "must be an object"},
 		{"string", src, "sources", "must be an object"},
 	} {
@@ -589,10 +595,10 @@ func TestCLIDrift(t *testing.T) {
 	writeFile(t, filepath.Join(src, "old.py"), "old\n")
 	m, err := drift.Scan(t.Context(), drift.Spec{Root: src, Gitignore: true}, nil, drift.ScanOptions{})
 	require.NoError(t, err)
-	enc, err := store.EncodeManifest(m, nil)
+	enc, err := drift.EncodeManifest(m, nil)
 	require.NoError(t, err)
 	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", Phase: store.PhaseCompleted, Step: 2,
-		StepName: "analyze", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
+		StepName: "analyze", State: []byte(`{}`), StateType: store.StateJSON, Manifest: engine.ManifestRecord(enc)})
 	db.save(store.SaveRequest{WorkflowID: "wf-plain", CheckpointID: "p-1", State: []byte(`{}`), StateType: store.StateJSON})
 	db.close()
 	ms := []string{`"elapsedMs": [0-9.e+-]+`, `"elapsedMs": $$MS`}

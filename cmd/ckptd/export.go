@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -60,7 +62,7 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	default:
 		return usageError{fmt.Sprintf("--compression %q: want zstd or none", *compression)}
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		if *thread != "" {
 			return writeArchiveFile(e, *out, func(w io.Writer) (string, string, error) {
 				return exportThread(ctx, st, *thread, w, comp)
@@ -120,7 +122,7 @@ func writeArchiveFile(e *env, out string, write func(io.Writer) (what, detail st
 }
 
 // exportWorkflow writes workflow wf as a version 1 archive.
-func exportWorkflow(ctx context.Context, st *store.Store, wf string, w io.Writer, comp byte) (what, detail string, err error) {
+func exportWorkflow(ctx context.Context, st store.Backend, wf string, w io.Writer, comp byte) (what, detail string, err error) {
 	var aw *archiveWriter
 	var n, manifests int
 	var stateBytes int64
@@ -131,14 +133,14 @@ func exportWorkflow(ctx context.Context, st *store.Store, wf string, w io.Writer
 		}
 		return aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, ExportedAt: timestamp(time.Now()),
 			CkptdVersion: version, WorkflowID: wf, Checkpoints: count}, rec)
-	}, func(cp store.Checkpoint) error {
+	}, engine.ExportManifests(func(cp store.Checkpoint, m *drift.Manifest) error {
 		n++
 		stateBytes += int64(len(cp.State))
-		if cp.Manifest != nil {
+		if m != nil {
 			manifests++
 		}
-		return aw.checkpoint(cp)
-	})
+		return aw.checkpoint(cp, m)
+	}))
 	var ce *store.CorruptError
 	if errors.As(err, &ce) {
 		return "", "", fmt.Errorf("checkpoint %s of workflow %s is CORRUPT (%s): nothing was exported "+
@@ -159,7 +161,7 @@ func exportWorkflow(ctx context.Context, st *store.Store, wf string, w io.Writer
 }
 
 // exportThread writes LangGraph thread as a version 2 archive.
-func exportThread(ctx context.Context, st *store.Store, thread string, w io.Writer, comp byte) (what, detail string, err error) {
+func exportThread(ctx context.Context, st store.Backend, thread string, w io.Writer, comp byte) (what, detail string, err error) {
 	var aw *archiveWriter
 	var counts store.LGThreadCounts
 	var dataBytes int64

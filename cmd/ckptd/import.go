@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -93,7 +94,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		if rebase != nil {
 			return usageError{fmt.Sprintf("--sources-root: %s holds LangGraph thread %s, which records no sources", name, thread)}
 		}
-		return withStore(ctx, e, &g, !*dryRun, func(st *store.Store) error {
+		return withStore(ctx, e, &g, !*dryRun, func(st store.Backend) error {
 			return importThread(ctx, e, st, f, name, *dryRun, *asJSON)
 		})
 	}
@@ -106,7 +107,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			name, rebase.old, have)}
 	}
 	// A dry run does not create a missing database.
-	return withStore(ctx, e, &g, !*dryRun, func(st *store.Store) error {
+	return withStore(ctx, e, &g, !*dryRun, func(st store.Backend) error {
 		// Pass 2: read again (verifying again) straight into one transaction.
 		ar, err := openArchive(f.f, f.size)
 		if err != nil {
@@ -125,7 +126,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			}
 			cps = rebase.manifests(cps, moved)
 		}
-		res, err := st.Import(ctx, rec, cps, store.ImportOptions{DryRun: *dryRun})
+		res, err := st.Import(ctx, rec, engine.ImportManifests(cps), store.ImportOptions{DryRun: *dryRun})
 		if err != nil {
 			return importFailed(name, err)
 		}
@@ -181,8 +182,8 @@ func verifyArchive(src io.ReaderAt, size int64) (thread string, roots []string, 
 		if err != nil {
 			return "", nil, err
 		}
-		if cp.Manifest != nil && !slices.Contains(roots, cp.Manifest.Spec.Root) {
-			roots = append(roots, cp.Manifest.Spec.Root)
+		if cp.Sources != nil && !slices.Contains(roots, cp.Sources.Spec.Root) {
+			roots = append(roots, cp.Sources.Spec.Root)
 		}
 	}
 	slices.Sort(roots)
@@ -207,7 +208,7 @@ type threadImportCounts struct {
 
 // importThread is pass 2 for a LangGraph thread archive: read again (verifying again) straight
 // into one transaction.
-func importThread(ctx context.Context, e *env, st *store.Store, f *importFile, name string, dryRun, asJSON bool) error {
+func importThread(ctx context.Context, e *env, st store.Backend, f *importFile, name string, dryRun, asJSON bool) error {
 	ar, err := openArchive(f.f, f.size)
 	if err != nil {
 		return importFailed(name, err)

@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // exportTo exports wf from db into dir/name and returns the archive's path.
@@ -26,7 +28,7 @@ func exportTo(t *testing.T, db *cliDB, wf, name string, extra ...string) string 
 }
 
 // archivedCheckpoints exports wf from the database at dbPath and reads the archive back.
-func archivedCheckpoints(t *testing.T, dbPath, wf string) []store.Checkpoint {
+func archivedCheckpoints(t *testing.T, dbPath, wf string) []engine.Sourced {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "x.ckpt")
 	res := cliRun(t, nil, "export", wf, "-o", out, "--db", dbPath)
@@ -118,7 +120,7 @@ func TestCLIImportIncremental(t *testing.T) {
 	dstDB := filepath.Join(t.TempDir(), "t.db")
 	require.Equal(t, exitOK, cliRun(t, nil, "import", first, "--db", dstDB).code)
 
-	st, err := store.Open(t.Context(), store.Options{Path: src.path, Now: newCLIClock(cliStart.Add(time.Hour)).Now})
+	st, err := sqlite.Open(t.Context(), store.Options{Path: src.path, Now: newCLIClock(cliStart.Add(time.Hour)).Now})
 	require.NoError(t, err)
 	for i := 4; i <= 5; i++ {
 		_, err := st.Save(t.Context(), store.SaveRequest{WorkflowID: "wf", CheckpointID: fmt.Sprintf("c-%d", i),
@@ -291,14 +293,14 @@ func TestCLIExportImportSources(t *testing.T) {
 		return m
 	}
 	m1 := scan(nil)
-	enc1, err := store.EncodeManifest(m1, nil)
+	enc1, err := drift.EncodeManifest(m1, nil)
 	require.NoError(t, err)
-	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc1})
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", State: []byte(`{}`), StateType: store.StateJSON, Manifest: engine.ManifestRecord(enc1)})
 	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-2", State: []byte(`{}`), StateType: store.StateJSON})
 	writeFile(t, filepath.Join(src, "lib", "new.py"), "new\n")
-	enc3, err := store.EncodeManifest(scan(m1), enc1)
+	enc3, err := drift.EncodeManifest(scan(m1), enc1)
 	require.NoError(t, err)
-	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-3", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc3})
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-3", State: []byte(`{}`), StateType: store.StateJSON, Manifest: engine.ManifestRecord(enc3)})
 	db.close()
 
 	archive := filepath.Join(db.dir, "src.ckpt")
@@ -314,9 +316,9 @@ func TestCLIExportImportSources(t *testing.T) {
 	_, cps, err := readTestArchive(b)
 	require.NoError(t, err)
 	require.Len(t, cps, 3)
-	assert.NotNil(t, cps[0].Manifest)
-	assert.Nil(t, cps[1].Manifest)
-	assert.NotNil(t, cps[2].Manifest)
+	assert.NotNil(t, cps[0].Sources)
+	assert.Nil(t, cps[1].Sources)
+	assert.NotNil(t, cps[2].Sources)
 
 	same := func(args ...string) {
 		t.Helper()
@@ -352,9 +354,9 @@ func TestCLIImportSourcesRoot(t *testing.T) {
 	}
 	m, err := drift.Scan(t.Context(), drift.Spec{Root: src, Gitignore: true}, nil, drift.ScanOptions{})
 	require.NoError(t, err)
-	enc, err := store.EncodeManifest(m, nil)
+	enc, err := drift.EncodeManifest(m, nil)
 	require.NoError(t, err)
-	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", State: []byte(`{}`), StateType: store.StateJSON, Manifest: engine.ManifestRecord(enc)})
 	require.NoError(t, db.st.SetWorkflowSources(t.Context(), "wf-src", []byte(`{"root":`+strconv.Quote(src)+`,"gitignore":true}`)))
 	db.close()
 	archive := filepath.Join(db.dir, "src.ckpt")
@@ -386,7 +388,7 @@ func TestCLIImportSourcesRoot(t *testing.T) {
 	assert.NotContains(t, res.stdout, "moved")
 
 	// the workflow's configured sources moved too
-	st, err := store.Open(t.Context(), store.Options{Path: dstDB, NoCompactor: true})
+	st, err := sqlite.Open(t.Context(), store.Options{Path: dstDB, NoCompactor: true})
 	require.NoError(t, err)
 	cfg, err := st.WorkflowSources(t.Context(), "wf-src")
 	require.NoError(t, err)

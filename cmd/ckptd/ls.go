@@ -53,7 +53,7 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	if len(pos) == 1 && *resumable {
 		return usageError{"--resumable lists workflows: give no WORKFLOW"}
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		if len(pos) == 0 {
 			return lsWorkflows(ctx, e, st, *resumable, *asJSON)
 		}
@@ -65,7 +65,7 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-func lsWorkflows(ctx context.Context, e *env, st *store.Store, resumableOnly, asJSON bool) error {
+func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, asJSON bool) error {
 	ws, err := st.Workflows(ctx, resumableOnly)
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func lsWorkflows(ctx context.Context, e *env, st *store.Store, resumableOnly, as
 	return tw.Flush()
 }
 
-func lsCheckpoints(ctx context.Context, e *env, st *store.Store, wf string, ns *string, validation string, limit int, asJSON bool) error {
+func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns *string, validation string, limit int, asJSON bool) error {
 	if _, err := st.Workflow(ctx, wf); err != nil {
 		return err
 	}

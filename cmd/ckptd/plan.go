@@ -63,7 +63,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		return usageError{"--checkpoint and --rollback exclude each other (give the target with --to)"}
 	}
 	req.WorkflowID = pos[0]
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		log, err := g.logger(e)
 		if err != nil {
 			return err

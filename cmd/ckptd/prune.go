@@ -57,7 +57,7 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 	if req.KeepLast == 0 && req.OlderThanSeconds == 0 {
 		return usageError{"give --keep-last N and/or --older-than AGE"}
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		if req.WorkflowID != "" {
 			if _, err := st.Workflow(ctx, req.WorkflowID); err != nil {
 				return err

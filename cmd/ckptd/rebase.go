@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/engine"
 )
 
 // rootRebase is import's --sources-root OLD=NEW: source manifests (and configured sources)
@@ -53,14 +53,14 @@ func (r *rootRebase) matches(root string) bool {
 
 // manifests moves the manifests of the checkpoints cps yields, adding the ids of those it moved
 // to moved.
-func (r *rootRebase) manifests(cps iter.Seq2[store.Checkpoint, error], moved map[string]bool) iter.Seq2[store.Checkpoint, error] {
-	return func(yield func(store.Checkpoint, error) bool) {
+func (r *rootRebase) manifests(cps iter.Seq2[engine.Sourced, error], moved map[string]bool) iter.Seq2[engine.Sourced, error] {
+	return func(yield func(engine.Sourced, error) bool) {
 		for cp, err := range cps {
-			if err == nil && cp.Manifest != nil {
-				if root, ok := r.apply(cp.Manifest.Spec.Root); ok {
-					m := *cp.Manifest
+			if err == nil && cp.Sources != nil {
+				if root, ok := r.apply(cp.Sources.Spec.Root); ok {
+					m := *cp.Sources
 					m.Spec.Root = root
-					cp.Manifest = &m
+					cp.Sources = &m
 					moved[cp.CheckpointID] = true
 				}
 			}

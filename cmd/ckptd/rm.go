@@ -42,7 +42,7 @@ func runRm(ctx context.Context, e *env, args []string) error {
 	case given > 1:
 		return usageError{"give one of CHECKPOINT_IDs, --workflow and --thread"}
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		if *thread != "" {
 			// LGThreadCheckpoints tells an unknown thread (ErrNotFound) from an empty one.
 			if _, err := st.LGThreadCheckpoints(ctx, *thread, nil, 1); err != nil {

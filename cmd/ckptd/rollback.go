@@ -49,7 +49,7 @@ func runRollback(ctx context.Context, e *env, args []string) error {
 		return usageError{"--to and --full exclude each other"}
 	}
 	wf := pos[0]
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		if _, err := st.Workflow(ctx, wf); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // uuidV7 matches the ids the store makes (compensations, rollbacks) for the goldens.
@@ -81,7 +82,7 @@ func TestCLIRollback(t *testing.T) {
 	}
 
 	// a rollback begun by a client, 2 of its 3 actions done: ckptd rollback shows the progress
-	st, err := store.Open(context.Background(), store.Options{Path: db.path, Now: newCLIClock(cliStart.Add(time.Hour)).Now})
+	st, err := sqlite.Open(context.Background(), store.Options{Path: db.path, Now: newCLIClock(cliStart.Add(time.Hour)).Now})
 	require.NoError(t, err)
 	ctx := context.Background()
 	r, began, err := st.BeginRollback(ctx, "wf-saga", "", "c-3", 3)
@@ -105,7 +106,7 @@ func TestCLIRollback(t *testing.T) {
 
 func compensationStatuses(t *testing.T, path string) map[string]string {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{Path: path, NoCompactor: true})
+	st, err := sqlite.Open(context.Background(), store.Options{Path: path, NoCompactor: true})
 	require.NoError(t, err)
 	defer st.Close()
 	cs, err := st.Compensations(context.Background(), "wf-saga", "", 0, 0)

@@ -154,7 +154,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		debug.SetGCPercent(serveGCPercent)
 	}
 	retention := store.Retention{KeepLast: *keepLast}
-	st, err := store.Open(ctx, store.Options{
+	st, err := openBackend(ctx, store.Options{
 		Path:             path,
 		Durability:       g.durability,
 		DefaultRetention: retention,

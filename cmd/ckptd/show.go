@@ -55,7 +55,7 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		return usageError{"--json and --state exclude each other"}
 	}
 	id := pos[0]
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		in, err := st.Inspect(ctx, id)
 		if err != nil {
 			return err

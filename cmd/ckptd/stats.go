@@ -66,12 +66,16 @@ func runStats(ctx context.Context, e *env, args []string) error {
 	if *top < 0 {
 		return usageError{"--top must be >= 0"}
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		db, err := st.Stats(ctx)
 		if err != nil {
 			return err
 		}
 		u, err := st.Usage(ctx)
+		if err != nil {
+			return err
+		}
+		health, err := st.Health(ctx)
 		if err != nil {
 			return err
 		}
@@ -90,9 +94,9 @@ func runStats(ctx context.Context, e *env, args []string) error {
 			return ws[i].WorkflowID < ws[j].WorkflowID
 		})
 		rep := statsReport{
-			DB: protocol.DBStats{Path: db.Path, SizeBytes: db.SizeBytes, WALBytes: db.WALBytes, Workflows: db.Workflows,
+			DB: protocol.DBStats{Path: db.Path, SizeBytes: db.SizeBytes, WALBytes: health.Figure("walBytes"), Workflows: db.Workflows,
 				Checkpoints: db.Checkpoints, States: db.States, StatesStoredBytes: db.StatesStoredBytes},
-			FreeBytes:          u.FreePages * u.PageSize,
+			FreeBytes:          health.Figure("freeBytes"),
 			StateBytes:         u.StateBytes,
 			ResumableWorkflows: u.ResumableWorkflow,
 			CompletedWorkflows: u.CompletedWorkflow,

@@ -80,7 +80,7 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 	case *values && *checkpoint == "":
 		return usageError{"--values needs --checkpoint"}
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		if len(pos) == 0 {
 			return lsThreads(ctx, e, st, *asJSON)
 		}
@@ -95,7 +95,7 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-func lsThreads(ctx context.Context, e *env, st *store.Store, asJSON bool) error {
+func lsThreads(ctx context.Context, e *env, st store.Backend, asJSON bool) error {
 	ts, err := st.LGThreads(ctx)
 	if err != nil {
 		return err
@@ -124,7 +124,7 @@ func lsThreads(ctx context.Context, e *env, st *store.Store, asJSON bool) error 
 	return tw.Flush()
 }
 
-func lsThreadCheckpoints(ctx context.Context, e *env, st *store.Store, thread string, ns *string, limit int, asJSON bool) error {
+func lsThreadCheckpoints(ctx context.Context, e *env, st store.Backend, thread string, ns *string, limit int, asJSON bool) error {
 	cps, err := st.LGThreadCheckpoints(ctx, thread, ns, limit)
 	if err != nil {
 		return err
@@ -205,7 +205,7 @@ type threadCheckpointDetailJSON struct {
 }
 
 // showThreadCheckpoint prints one LangGraph checkpoint, read (and so verified) like lg/get.
-func showThreadCheckpoint(ctx context.Context, e *env, st *store.Store, thread, ns, id string, values, asJSON bool) error {
+func showThreadCheckpoint(ctx context.Context, e *env, st store.Backend, thread, ns, id string, values, asJSON bool) error {
 	want := id
 	if id == "latest" {
 		want = ""

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -38,6 +39,8 @@ type verifyReport struct {
 	Database    []string        `json:"database"` // integrity_check (and other database-level) problems
 	LangGraph   lgVerifyReport  `json:"langgraph"`
 	Sources     srcVerifyReport `json:"sourceManifests"`
+
+	backend string // names the integrity check ("SQLite")
 }
 
 // srcVerifyReport covers the drift manifests recorded with checkpoints.
@@ -93,12 +96,13 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	if len(pos) > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q (verify checks the whole database)", pos[0])}
 	}
-	return withStore(ctx, e, &g, false, func(st *store.Store) error {
+	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		// Stats can fail on a database with damaged pages; verify must still go on and list
 		// what it can, so its failure is reported as database damage rather than fatal.
 		stats, statsErr := st.Stats(ctx)
+		about := st.About()
 		rep := verifyReport{Checkpoints: stats.Checkpoints, States: stats.States, StoredBytes: stats.StatesStoredBytes,
-			Corrupt: []verifyProblem{}, Database: []string{}}
+			Corrupt: []verifyProblem{}, Database: []string{}, backend: about.Name}
 		if statsErr != nil {
 			rep.Database = append(rep.Database, "reading database statistics: "+statsErr.Error())
 		}
@@ -107,14 +111,14 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 		if !*quiet {
 			p = newProgress(e.stderr, isTerminal(e.stderr), "states", stats.StatesStoredBytes)
 			if !p.tty {
-				fmt.Fprintf(e.stderr, "verify: checking %s (%s) and SQLite integrity\n",
-					plural(stats.States, "state", "states"), fmtBytes(stats.StatesStoredBytes))
+				fmt.Fprintf(e.stderr, "verify: checking %s (%s) and %s integrity\n",
+					plural(stats.States, "state", "states"), fmtBytes(stats.StatesStoredBytes), about.Name)
 			}
 			integrity := false
 			startIntegrity := func() {
 				if !integrity {
 					integrity = true
-					p.phase("checking SQLite integrity (PRAGMA integrity_check)")
+					p.phase(fmt.Sprintf("checking %s integrity (%s)", about.Name, about.Integrity))
 				}
 			}
 			onProgress = func(done, total int) {
@@ -128,6 +132,10 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		bad, err := st.Verify(ctx, onProgress)
+		var integrity []string
+		if err == nil {
+			integrity, err = st.IntegrityCheck(ctx)
+		}
 		if p != nil {
 			if err != nil {
 				p.abort()
@@ -152,7 +160,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 			}
 			rep.LangGraph.Corrupt = append(rep.LangGraph.Corrupt, lp)
 		}
-		srcCounts, srcBad, err := st.VerifyManifests(ctx)
+		srcCounts, srcBad, err := store.VerifyManifests(ctx, st, drift.StoredChecker{})
 		if err != nil {
 			return err
 		}
@@ -180,7 +188,8 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 			rep.Corrupt = append(rep.Corrupt, verifyProblem{CheckpointID: b.CheckpointID, WorkflowID: sm.WorkflowID,
 				Seq: sm.Seq, Reason: b.Reason})
 		}
-		rep.OK = len(bad) == 0 && len(lgBad) == 0 && len(srcBad) == 0
+		rep.Database = append(rep.Database, integrity...)
+		rep.OK = len(bad) == 0 && len(integrity) == 0 && len(lgBad) == 0 && len(srcBad) == 0
 		if *asJSON {
 			err = printJSON(e.stdout, rep)
 		} else {
@@ -208,7 +217,7 @@ func (r verifyReport) text(e *env) error {
 			plural(src.Entries, "file entry", "file entries"))
 	}
 	if r.OK {
-		fmt.Fprintf(e.stdout, "ok: %s, SQLite integrity ok\n", checked)
+		fmt.Fprintf(e.stdout, "ok: %s, %s integrity ok\n", checked, r.backend)
 		return nil
 	}
 	tw := newTable(e.stdout)

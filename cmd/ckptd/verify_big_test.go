@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // TestCLIVerifyBig (opt-in: CKPTD_BIG_VERIFY=1) builds a ~1 GB database, 1000 workflows × 10
@@ -35,7 +36,7 @@ func TestCLIVerifyBig(t *testing.T) {
 	path := filepath.Join(dir, "big.db")
 	if _, err := os.Stat(path); err != nil {
 		start := time.Now()
-		st, err := store.Open(context.Background(), store.Options{Path: path, Durability: "normal"})
+		st, err := sqlite.Open(context.Background(), store.Options{Path: path, Durability: "normal"})
 		require.NoError(t, err)
 		var pending []*store.Pending
 		for w := 0; w < workflows; w++ {

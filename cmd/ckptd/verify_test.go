@@ -10,6 +10,7 @@ import (
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/store"
 
+	"github.com/ckptd/ckptd/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -115,10 +116,10 @@ func TestCLIVerifySourceManifests(t *testing.T) {
 	writeFile(t, filepath.Join(src, "lib", "util.py"), "def util():\n    pass\n")
 	m, err := drift.Scan(t.Context(), drift.Spec{Root: src, Gitignore: true}, nil, drift.ScanOptions{})
 	require.NoError(t, err)
-	enc, err := store.EncodeManifest(m, nil)
+	enc, err := drift.EncodeManifest(m, nil)
 	require.NoError(t, err)
-	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", Step: 0, State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
-	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-2", Step: 1, State: []byte(`{}`), StateType: store.StateJSON, Manifest: enc})
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-1", Step: 0, State: []byte(`{}`), StateType: store.StateJSON, Manifest: engine.ManifestRecord(enc)})
+	db.save(store.SaveRequest{WorkflowID: "wf-src", CheckpointID: "c-2", Step: 1, State: []byte(`{}`), StateType: store.StateJSON, Manifest: engine.ManifestRecord(enc)})
 	db.close()
 	res := cliRun(t, nil, "verify", "--quiet", "--db", db.path)
 	assert.Equal(t, exitOK, res.code, res.stdout)

@@ -141,7 +141,18 @@ export interface SourcesSpec {
   /** Default true. */
   gitignore?: boolean;
   editorFiles?: boolean;
-  [key: string]: unknown;
+  /** Bounds of every scan of this tree (docs/protocol.md, "Bounds"). */
+  limits?: DriftLimits;
+}
+
+/**
+ * Bounds of a source scan; an absent field takes its default (1,000,000 paths, 4 GiB hashed,
+ * 2 minutes). A scan that reaches one fails with -32006, `data.limit` naming it.
+ */
+export interface DriftLimits {
+  maxFiles?: number;
+  maxBytes?: number;
+  timeoutMs?: number;
 }
 
 /** The source tree of a checkpoint: one spec (the server fingerprints one root per checkpoint). */
@@ -595,7 +606,7 @@ export interface DriftFileChange {
   [key: string]: unknown;
 }
 
-export type DriftStatusParams = DriftTarget;
+export type DriftStatusParams = DriftTarget & { limits?: DriftLimits };
 
 /** `drift/status` result. */
 export interface DriftStatusResult {
@@ -608,10 +619,12 @@ export interface DriftStatusResult {
   elapsedMs: number;
   fullScan?: boolean;
   warnings?: string[];
+  /** Paths that could not be read now ("dir/", "./" for the root): `drifted` is then true. */
+  unreadable?: string[];
   [key: string]: unknown;
 }
 
-export type DriftWatchParams = DriftTarget & { debounceMs?: number };
+export type DriftWatchParams = DriftTarget & { debounceMs?: number; limits?: DriftLimits };
 
 export interface DriftWatchResult {
   watchId: string;
@@ -657,6 +670,8 @@ export interface DriftChangedEvent {
   /** The batch comes from a full rescan (events lost, ignore rules changed, initial drift). */
   rescan?: boolean;
   reason?: string;
+  /** The watch stopped by itself (a resource ran out; `reason` says which): its last notification. */
+  stopped?: boolean;
   [key: string]: unknown;
 }
 

@@ -15,6 +15,7 @@ from .errors import (
     CheckpointNotFound,
     CkptdError,
     ClientClosed,
+    ClientForked,
     Conflict,
     DaemonDied,
     FramingError,
@@ -27,6 +28,7 @@ from .errors import (
     ShuttingDown,
     StorageUnavailable,
     TooLarge,
+    WrongEventLoop,
 )
 from .workflow import RollbackFailed, Step, Workflow
 
@@ -60,6 +62,8 @@ __all__ = [
     "DaemonDied",
     "BinaryNotFound",
     "ClientClosed",
+    "ClientForked",
+    "WrongEventLoop",
     "FramingError",
     "Interrupted",
 ]

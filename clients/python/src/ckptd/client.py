@@ -13,6 +13,7 @@ import queue
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -35,6 +36,7 @@ from ._common import NO_STATE, Checkpoint, NotificationHandler, ResumePlan, bloc
 from .errors import (
     CkptdError,
     ClientClosed,
+    ClientForked,
     DaemonDied,
     FramingError,
     ProtocolError,
@@ -133,7 +135,53 @@ def died_error(exit_code: Optional[int], tail: str, reason: str = "") -> DaemonD
     return DaemonDied(msg, exit_code, tail)
 
 
+#: Values of the ``on_fork`` argument of the clients.
+ON_FORK_MODES = ("spawn", "error")
+
 _live_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+def _getcwd() -> Optional[str]:
+    try:
+        return os.getcwd()
+    except OSError:  # removed since
+        return None
+
+
+def _drop_inherited(proc: Optional["subprocess.Popen[bytes]"]) -> None:
+    """In a forked process: closes its copies of the fds of a daemon the parent started, without
+    flushing, reading or locking anything (a buffered file's lock may be held by a parent thread
+    that does not exist here, so only the raw files are closed; the buffered ones then count as
+    closed), and makes sure nothing here ever waits for or kills that daemon."""
+    if proc is None:
+        return
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        raw = getattr(f, "raw", f)
+        if raw is not None:
+            try:
+                raw.close()
+            except (OSError, ValueError):
+                pass
+    # not our child: Popen.__del__/poll/wait would reap or signal by pid
+    proc._child_created = False  # type: ignore[attr-defined]
+
+
+def _close_at_process_exit(ref: "weakref.ref[Client]") -> None:
+    client = ref()
+    if client is not None:
+        client.close()
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_live_clients):
+        try:
+            client._after_fork_in_child()
+        except Exception:  # pragma: no cover - never let one client break the child
+            log.exception("ckptd client: dropping the parent's daemon after fork failed")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _close_all_at_exit() -> None:
@@ -168,6 +216,12 @@ class Client:
     :param request_timeout: default seconds to wait for any response (``None``: no limit; a dead
         daemon is always detected regardless).
     :param initialize: send ``initialize`` on start (default); its result is :attr:`server_info`.
+    :param on_fork: what the client does when used in a process forked from the one that started
+        its daemon (gunicorn ``--preload``, Celery prefork, ``multiprocessing`` with fork):
+        ``"spawn"`` (default) starts a daemon of its own in that process, on the same database with
+        the same options, at the first call there; ``"error"`` raises :class:`ClientForked`. Either
+        way the child never touches the parent's pipes, locks or threads, and the parent's client
+        keeps working.
     """
 
     def __init__(
@@ -184,21 +238,46 @@ class Client:
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         initialize: bool = True,
+        on_fork: str = "spawn",
     ) -> None:
+        if on_fork not in ON_FORK_MODES:
+            raise ValueError("on_fork must be one of %s, not %r" % (", ".join(map(repr, ON_FORK_MODES)), on_fork))
         self.binary = C.find_binary(binary, env)
         self.argv = C.build_argv(self.binary, db, args)
         self.events = list(events)
         self.timeout = timeout
         self.request_timeout = request_timeout
+        self.on_fork = on_fork
         self.server_info: Dict[str, Any] = {}
         self.capabilities: Dict[str, Any] = {}
         #: Errors the daemon sent with ``id: null`` that could not be matched to a request.
         self.unmatched_errors: List[CkptdError] = []
+        #: The daemon's process id (``None`` in a forked process until the client starts its own).
+        self.pid: Optional[int] = None
 
+        self._client_name = client_name
+        self._initialize = initialize
+        self._env = dict(env) if env is not None else None
+        # A forked process starts its daemon where this one starts (a relative --db then names
+        # the same file), even if it changed directory since.
+        self._spawn_cwd = cwd if cwd is not None else _getcwd()
         self._handlers: List[NotificationHandler] = []
         if on_notification is not None:
             self._handlers.append(on_notification)
         self._watch_handlers: Dict[str, NotificationHandler] = {}
+        self._closed = False
+        self._reset()
+        self._spawn(cwd)
+        _live_clients.add(self)
+        if initialize:
+            try:
+                self.initialize(client_name=client_name, events=self.events)
+            except BaseException:
+                self.close(timeout=min(timeout, 2.0))
+                raise
+
+    def _reset(self) -> None:
+        """Fresh transport state (no daemon yet): new locks, no pending calls, no failure."""
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._pending: Dict[int, _Pending] = {}
@@ -212,29 +291,35 @@ class Client:
         self._stdout_done: Optional[str] = None
         self._last_release = time.monotonic()
         self._closing = False
-        self._closed = False
         self._max_state_bytes: Optional[int] = None
         self._stderr = StderrTail()
         self._notify_queue: "queue.SimpleQueue[Optional[Tuple[str, Dict[str, Any]]]]" = queue.SimpleQueue()
+        self._fork_lock = threading.Lock()  # one thread of a forked process starts its daemon
+        self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._owner_pid = 0  # the process that started _proc
+        self._waker: Optional[io.FileIO] = None
+        self._wake_r = -1
+        self.pid = None
 
-        self._proc = subprocess.Popen(
+    def _spawn(self, cwd: Optional[str]) -> None:
+        """Starts the daemon and the client's threads (after _reset)."""
+        self._proc = proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
+            env=self._env,
             cwd=cwd,
             # Own session: a Ctrl-C in the terminal reaches the agent (which may still want to
             # save an "interrupted" checkpoint), not the daemon.
             start_new_session=True,
         )
-        assert self._proc.stdin and self._proc.stdout and self._proc.stderr
-        self._stdin = self._proc.stdin
-        self._stdin_raw = self._proc.stdin.raw  # type: ignore[attr-defined]  # frames are written whole
-        self._frames = FrameReader(self._proc.stdout.raw)  # type: ignore[attr-defined]
-        self._stdout_fd = self._proc.stdout.fileno()
-        self._wake_r = -1
-        self._waker: Optional[io.FileIO] = None
+        self._owner_pid = os.getpid()
+        assert proc.stdin and proc.stdout and proc.stderr
+        self._stdin = proc.stdin
+        self._stdin_raw = proc.stdin.raw  # type: ignore[attr-defined]  # frames are written whole
+        self._frames = FrameReader(proc.stdout.raw)  # type: ignore[attr-defined]
+        self._stdout_fd = proc.stdout.fileno()
         if _CALLERS_READ:
             self._wake_r, wake_w = os.pipe()  # wakes the reader thread
             os.set_blocking(self._wake_r, False)
@@ -242,20 +327,60 @@ class Client:
             self._waker = io.FileIO(wake_w, "wb")  # a file object: a write after close() fails
             self._lead_poll = select.poll()  # used by the thread holding _read_lock
             self._lead_poll.register(self._stdout_fd, select.POLLIN)
-        self.pid = self._proc.pid
+        self.pid = proc.pid
         self._stderr_thread = threading.Thread(target=self._stderr_loop, name="ckptd-stderr-%d" % self.pid, daemon=True)
         self._reader_thread = threading.Thread(target=self._read_loop, name="ckptd-reader-%d" % self.pid, daemon=True)
         self._notify_thread = threading.Thread(target=self._notify_loop, name="ckptd-notify-%d" % self.pid, daemon=True)
         self._stderr_thread.start()
         self._reader_thread.start()
         self._notify_thread.start()
-        _live_clients.add(self)
-        if initialize:
+
+    # -----------------------------------------------------------------------------------------
+    # Fork safety. A forked process inherits the client with the parent's daemon pipes, locks
+    # (possibly held by threads that do not exist in it) and pending calls. _after_fork_in_child
+    # (run by os.register_at_fork in the child, before anything else can use the client) drops all
+    # of it: it closes the child's copies of the pipe fds (the parent's stay open, so the parent's
+    # daemon sees neither EOF nor a byte from the child) and never writes, reads, waits or kills.
+    # The client is left "failed" with ClientForked: the hot path pays nothing (its existing
+    # failure check), and the first call in the child either raises it or starts a new daemon.
+
+    def _after_fork_in_child(self) -> None:
+        proc, waker, wake_r, parent = self._proc, self._waker, self._wake_r, self._owner_pid
+        if proc is None and isinstance(self._failure, ClientForked):  # forked again before use
+            parent = self._failure.parent_pid
+        closed = self._closed
+        self._reset()
+        self._closed = closed
+        self._watch_handlers = {}  # watches live in the parent's daemon
+        _drop_inherited(proc)
+        if waker is not None:
             try:
-                self.initialize(client_name=client_name, events=self.events)
-            except BaseException:
-                self.close(timeout=min(timeout, 2.0))
-                raise
+                waker.close()
+                os.close(wake_r)
+            except OSError:
+                pass
+        if not closed:
+            self._failure = ClientForked(parent, os.getpid())
+
+    def _restart_after_fork(self) -> None:
+        """Called with _failure a ClientForked: starts this process's own daemon (on_fork="spawn")
+        or raises."""
+        failure = self._failure
+        if self.on_fork != "spawn" or self._closed:
+            raise _fresh(failure)  # type: ignore[arg-type]
+        with self._fork_lock:
+            if self._failure is not failure:
+                return  # another thread of this process started it
+            self._spawn(self._spawn_cwd)
+            _live_clients.add(self)
+            self._failure = None
+        log.debug("ckptd client forked from pid %s: started daemon pid %s", failure.parent_pid, self.pid)  # type: ignore[union-attr]
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:
+            # multiprocessing's children end with os._exit (no atexit), after running these
+            mp_util.Finalize(None, _close_at_process_exit, args=(weakref.ref(self),), exitpriority=10)
+        if self._initialize:
+            self.initialize(client_name=self._client_name, events=self.events)
 
     # -----------------------------------------------------------------------------------------
     # Lifecycle
@@ -273,7 +398,7 @@ class Client:
     @property
     def returncode(self) -> Optional[int]:
         """The daemon's exit code once it has exited, else ``None``."""
-        return self._proc.poll()
+        return self._proc.poll() if self._proc is not None else None
 
     def stderr_tail(self) -> str:
         """The last ~64 KB the daemon wrote to stderr."""
@@ -285,13 +410,19 @@ class Client:
         kill it only if it has not exited by then. Idempotent."""
         if timeout is None:
             timeout = self.timeout
+        if self._proc is not None and self._owner_pid != os.getpid():
+            self._after_fork_in_child()  # forked by something that skips os.register_at_fork
         with self._state_lock:
             if self._closed:
                 return
             self._closed = True
             self._closing = True
+        proc = self._proc
+        if proc is None:  # forked, and never used here: nothing of ours to stop
+            _live_clients.discard(self)
+            return
         try:
-            if self._failure is None and self._proc.poll() is None:
+            if self._failure is None and proc.poll() is None:
                 try:
                     self._request("shutdown", None, timeout=timeout, _closing_ok=True)
                 except (CkptdError, TimeoutError, OSError) as e:
@@ -302,11 +433,11 @@ class Client:
                 except OSError:
                     pass
             try:
-                self._proc.wait(timeout=timeout)
+                proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 log.warning("ckptd (pid %d) did not exit within %.1fs of shutdown; killing it", self.pid, timeout)
-                self._proc.kill()
-                self._proc.wait()
+                proc.kill()
+                proc.wait()
         finally:
             self._wake_reader()
             self._reader_thread.join(timeout=5)
@@ -318,7 +449,7 @@ class Client:
             self._notify_queue.put(None)
             if threading.current_thread() is not self._notify_thread:
                 self._notify_thread.join(timeout=5)
-            for f in (self._proc.stdout, self._proc.stderr):
+            for f in (proc.stdout, proc.stderr):
                 try:
                     if f is not None:
                         f.close()
@@ -328,7 +459,8 @@ class Client:
 
     def kill(self) -> None:
         """Kills the daemon process (SIGKILL) without a clean shutdown (for tests and emergencies)."""
-        self._proc.kill()
+        if self._proc is not None:
+            self._proc.kill()
 
     # -----------------------------------------------------------------------------------------
     # Transport
@@ -356,7 +488,9 @@ class Client:
         _closing_ok: bool = False,
     ) -> Tuple[Any, Optional[bytes]]:
         if self._failure is not None:
-            raise _fresh(self._failure)
+            if self._failure.__class__ is not ClientForked:
+                raise _fresh(self._failure)
+            self._restart_after_fork()
         if self._closed and not _closing_ok:
             raise ClientClosed()
         p = _Pending(method, on_result)
@@ -989,11 +1123,13 @@ class Client:
     # -----------------------------------------------------------------------------------------
     # Drift
 
-    def drift_status(self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None) -> Dict[str, Any]:
+    def drift_status(
+        self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None, namespace: Optional[str] = None
+    ) -> Dict[str, Any]:
         """``drift/status``: ``{drifted, changed, added, deleted: [{path, oldSize, newSize, oldHash,
         newHash}], filesChecked, elapsedMs, checkpointId, ...}`` for the sources recorded with a
-        workflow's latest checkpoint (or a given checkpoint)."""
-        params = C.target_params(checkpoint_id, workflow_id, "drift_status")
+        workflow's latest checkpoint (in ``namespace``, default ``""``) or a given checkpoint."""
+        params = C.target_params(checkpoint_id, workflow_id, "drift_status", namespace)
         result, _ = self._request("drift/status", params)
         return result  # type: ignore[no-any-return]
 
@@ -1002,12 +1138,13 @@ class Client:
         *,
         workflow_id: Optional[str] = None,
         checkpoint_id: Optional[str] = None,
+        namespace: Optional[str] = None,
         debounce_ms: Optional[int] = None,
         callback: Optional[NotificationHandler] = None,
     ) -> Dict[str, Any]:
         """``drift/watch``: returns ``{watchId}``; ``drift/changed`` notifications for it go to
         ``callback(method, params)`` (and to every notification handler)."""
-        params = C.target_params(checkpoint_id, workflow_id, "drift_watch")
+        params = C.target_params(checkpoint_id, workflow_id, "drift_watch", namespace)
         C.put(params, "debounceMs", debounce_ms)
 
         def register(result: Any) -> None:

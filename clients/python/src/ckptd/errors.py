@@ -26,6 +26,8 @@ __all__ = [
     "DaemonDied",
     "BinaryNotFound",
     "ClientClosed",
+    "ClientForked",
+    "WrongEventLoop",
     "FramingError",
     "Interrupted",
     "error_from_response",
@@ -157,6 +159,47 @@ class ClientClosed(CkptdError):
 
     def __reduce__(self) -> Any:
         return (ClientClosed, (self.message,))
+
+
+class ClientForked(CkptdError):
+    """A client created with ``on_fork="error"`` was used in a process forked from the one that
+    started its daemon (``parent_pid``). The parent's daemon belongs to the parent: create a new
+    client in this process, or leave ``on_fork`` at its default (``"spawn"``: the client starts its
+    own daemon on the same database when first used here)."""
+
+    def __init__(self, parent_pid: int, child_pid: int) -> None:
+        super().__init__(
+            None,
+            "this ckptd client was started in process %d and is used in process %d, a fork of it; it was "
+            "created with on_fork='error': create a new client in this process (or use on_fork='spawn', "
+            "the default, to have it start its own daemon here)" % (parent_pid, child_pid),
+            {"parentPid": parent_pid, "pid": child_pid},
+        )
+        self.parent_pid = parent_pid
+        self.child_pid = child_pid
+
+    def __reduce__(self) -> Any:
+        return (ClientForked, (self.parent_pid, self.child_pid))
+
+
+class WrongEventLoop(CkptdError):
+    """An :class:`~ckptd.AsyncClient` attached to an event loop that is running in another thread
+    was used from a different loop. ``loop`` is the loop it is attached to (as text), ``used_from``
+    the loop of the call. Use one AsyncClient per loop (or the thread-safe :class:`ckptd.Client`)."""
+
+    def __init__(self, loop: str, used_from: str) -> None:
+        super().__init__(
+            None,
+            "this ckptd AsyncClient is attached to event loop %s, which is running in another thread, and "
+            "was called from event loop %s: an AsyncClient serves one running loop at a time; create one "
+            "per loop (or share a thread-safe ckptd.Client)" % (loop, used_from),
+            {"loop": loop, "usedFrom": used_from},
+        )
+        self.loop = loop
+        self.used_from = used_from
+
+    def __reduce__(self) -> Any:
+        return (WrongEventLoop, (self.loop, self.used_from))
 
 
 class FramingError(CkptdError):

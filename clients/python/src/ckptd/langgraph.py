@@ -141,6 +141,11 @@ class CkptdSaver(BaseCheckpointSaver[str]):
     :param serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
     :param args: extra daemon arguments (e.g. ``["--durability", "normal"]``) when the saver starts it.
 
+    Other keyword arguments go to :class:`ckptd.Client` (``request_timeout``, ``on_fork``, ...).
+    A saver created before a fork (gunicorn ``--preload``, Celery prefork, ``multiprocessing``) is
+    safe to use in the forked processes: its client starts a daemon of its own there (see
+    :class:`ckptd.Client`, ``on_fork``) and the parent's saver keeps working.
+
     Use it as a context manager (sync or async) or call :meth:`close`.
     """
 

@@ -377,7 +377,7 @@ class Workflow(_WorkflowBase):
         return Step(self, name, self._new_index(index), metadata)
 
     def drift_status(self) -> Dict[str, Any]:
-        return self.client.drift_status(workflow_id=self.workflow_id)
+        return self.client.drift_status(workflow_id=self.workflow_id, namespace=self.namespace or None)
 
     def rollback(
         self,

@@ -1,8 +1,0 @@
-//go:build race
-
-package store
-
-const (
-	raceEnabled = true
-	lgScaleN    = 200 // TestLGListScale checkpoints (the race detector slows SQLite ~10x)
-)

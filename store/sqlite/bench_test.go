@@ -1,0 +1,216 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/storetest"
+)
+
+// benchCPU holds each benchmark's starting CPU time (whole process: includes the writer, prep
+// goroutines and the WAL checkpointer).
+var benchCPU = map[string]time.Duration{}
+
+func startCPU(b *testing.B) { benchCPU[b.Name()] = cpuTime() }
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"1KB", 1 << 10}, {"100KB", 100 << 10}, {"1MB", 1 << 20}}
+
+// latencies collects per-op durations and reports percentiles.
+type latencies []time.Duration
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (l latencies) report(b *testing.B) {
+	if len(l) == 0 {
+		return
+	}
+	if v, ok := benchCPU[b.Name()]; ok {
+		b.ReportMetric(float64((cpuTime()-v).Microseconds())/1000/float64(len(l)), "cpu-ms/op")
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	pct := func(p float64) float64 {
+		i := int(p * float64(len(s)-1))
+		return float64(s[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(s[len(s)-1].Microseconds())/1000, "max-ms")
+}
+
+// uniqueState returns base with a counter written into it, so every save stores new bytes.
+func uniqueState(base []byte, i int) []byte {
+	st := slices.Clone(base)
+	c := strconv.AppendInt(nil, int64(i), 10)
+	copy(st[len(st)-len(c)-2:], c) // inside the trailing hex version string
+	return st
+}
+
+func benchStore(b *testing.B, durability string, mut ...func(*Options)) *Store {
+	opts := Options{Options: store.Options{Path: filepath.Join(b.TempDir(), "bench.db"), Durability: durability,
+		DefaultRetention: store.Retention{KeepLast: store.DefaultKeepLast}}}
+	for _, m := range mut {
+		m(&opts)
+	}
+	s, err := open(context.Background(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func BenchmarkSave(b *testing.B) {
+	for _, sz := range benchSizes {
+		base := checkpointJSON(rand.New(rand.NewPCG(1, uint64(sz.n))), sz.n)
+		for _, mode := range []string{store.DurabilityFull, store.DurabilityNormal, store.DurabilityFull + "-inline"} {
+			// full / normal: the default deferred compression (the compactor compresses after
+			// the save); full-inline: compressed on the save path, for comparison.
+			dur, inline := strings.CutSuffix(mode, "-inline")
+			b.Run(sz.name+"/"+mode, func(b *testing.B) {
+				s := benchStore(b, dur, func(o *Options) { o.CompressInline = inline })
+				ctx := context.Background()
+				lat := make(latencies, 0, b.N)
+				states := make([][]byte, 8)
+				b.SetBytes(int64(len(base)))
+				b.ResetTimer()
+				startCPU(b)
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					st := uniqueState(base, i)
+					states[i%len(states)] = st
+					b.StartTimer()
+					t0 := time.Now()
+					if _, err := s.Save(ctx, store.SaveRequest{WorkflowID: fmt.Sprintf("wf-%d", i%4), Step: int64(i), State: st,
+						StateType: store.StateJSON, Metadata: []byte(`{"source":"loop","step":1}`),
+						PendingTasks: []byte(`[{"id":"t","name":"agent"}]`)}); err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(t0))
+				}
+				b.StopTimer()
+				lat.report(b)
+			})
+		}
+	}
+}
+
+func BenchmarkSavePendingTasks1000(b *testing.B) {
+	tasks := storetest.PendingTasksJSON(1000)
+	for _, dur := range []string{store.DurabilityFull, store.DurabilityNormal} {
+		b.Run(dur, func(b *testing.B) {
+			s := benchStore(b, dur)
+			ctx := context.Background()
+			lat := make(latencies, 0, b.N)
+			state := checkpointJSON(rand.New(rand.NewPCG(5, 5)), 1<<10)
+			b.SetBytes(int64(len(tasks)))
+			b.ResetTimer()
+			startCPU(b)
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if _, err := s.Save(ctx, store.SaveRequest{WorkflowID: "wf", Step: int64(i), State: uniqueState(state, i),
+					PendingTasks: tasks}); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			lat.report(b)
+		})
+	}
+}
+
+// BenchmarkLoad loads compressed states (the compactor has run), the common case for a resume.
+func BenchmarkLoad(b *testing.B) {
+	for _, sz := range benchSizes {
+		base := checkpointJSON(rand.New(rand.NewPCG(2, uint64(sz.n))), sz.n)
+		b.Run(sz.name, func(b *testing.B) {
+			s := benchStore(b, store.DurabilityFull)
+			ctx := context.Background()
+			const wfs = 8
+			for i := 0; i < wfs*3; i++ {
+				if _, err := s.Save(ctx, store.SaveRequest{WorkflowID: fmt.Sprintf("wf-%d", i%wfs), State: uniqueState(base, i),
+					PendingTasks: []byte(`[{"id":"t"}]`)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Compact(ctx); err != nil {
+				b.Fatal(err)
+			}
+			lat := make(latencies, 0, b.N)
+			b.SetBytes(int64(len(base)))
+			b.ResetTimer()
+			startCPU(b)
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				cp, err := s.LoadLatest(ctx, fmt.Sprintf("wf-%d", i%wfs), "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+				if len(cp.State) != len(base) {
+					b.Fatal("short state")
+				}
+			}
+			b.StopTimer()
+			lat.report(b)
+		})
+	}
+}
+
+func BenchmarkList(b *testing.B) {
+	s := benchStore(b, store.DurabilityNormal)
+	ctx := context.Background()
+	if _, err := s.Configure(ctx, "wf", &store.Retention{}); err != nil {
+		b.Fatal(err)
+	}
+	base := checkpointJSON(rand.New(rand.NewPCG(3, 3)), 100<<10)
+	var pend []*store.Pending
+	for i := 0; i < 1000; i++ {
+		pend = append(pend, s.Enqueue(store.SaveRequest{WorkflowID: "wf", State: uniqueState(base, i), Metadata: []byte(`{"source":"loop"}`)}))
+	}
+	for _, p := range pend {
+		if _, err := p.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for name, f := range map[string]store.ListFilter{
+		"all":      {Limit: 10},
+		"wf":       {WorkflowID: "wf", Limit: 10},
+		"ns":       {Namespace: strp(""), Limit: 10},
+		"metadata": {Metadata: map[string]json.RawMessage{"source": json.RawMessage(`"loop"`)}, Limit: 10},
+	} {
+		b.Run(name, func(b *testing.B) {
+			lat := make(latencies, 0, b.N)
+			startCPU(b)
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				l, err := s.List(ctx, f)
+				if err != nil || len(l) != 10 {
+					b.Fatal(err, len(l))
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			lat.report(b)
+		})
+	}
+}

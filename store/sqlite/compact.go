@@ -1,0 +1,268 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+// Deferred compression. A save stores a large state raw (encoding store.EncRawPending) and replies
+// as soon as that is committed; the compactor compresses it shortly afterwards, off the save
+// path: once the writer has been idle for compactIdle, or at once when more than
+// compactBacklogBytes of raw states are waiting (so a client that saves non-stop is not left
+// with an uncompressed database). zstd costs about as much CPU as the whole SQLite insert of a
+// 100 KB state; paid on the save path it was a third of the save's latency.
+//
+// Rows still pending after a crash or a stop are found again at Open (a partial index on
+// encoding = store.EncRawPending keeps that scan proportional to what is pending). Readers treat
+// store.EncRawPending exactly like store.EncRaw.
+const (
+	compactIdle         = 20 * time.Millisecond
+	compactBacklogBytes = 32 << 20
+	compactBatchBytes   = 4 << 20 // raw bytes compressed per write transaction
+)
+
+// compactor tracks the states waiting for compression.
+type compactor struct {
+	mu      sync.Mutex
+	pending map[string]int64 // state hash -> raw size
+	bytes   int64
+	kick    chan struct{}
+
+	compacted  int64 // states compressed so far
+	savedBytes int64 // bytes saved by them
+}
+
+func newCompactor() *compactor {
+	return &compactor{pending: map[string]int64{}, kick: make(chan struct{}, 1)}
+}
+
+func (c *compactor) add(hash []byte, size int64) {
+	c.mu.Lock()
+	if _, ok := c.pending[string(hash)]; !ok {
+		c.pending[string(hash)] = size
+		c.bytes += size
+	}
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take removes up to maxBytes worth of pending hashes (at least one if any).
+func (c *compactor) take(maxBytes int64) [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out [][]byte
+	var n int64
+	for h, size := range c.pending {
+		if len(out) > 0 && n+size > maxBytes {
+			break
+		}
+		out = append(out, []byte(h))
+		n += size
+		delete(c.pending, h)
+		c.bytes -= size
+	}
+	return out
+}
+
+func (c *compactor) backlog() (states int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending), c.bytes
+}
+
+// CompactionStats reports the deferred-compression backlog of this process.
+func (s *Store) CompactionStats() store.CompactionStats {
+	n, b := s.compact.backlog()
+	s.compact.mu.Lock()
+	defer s.compact.mu.Unlock()
+	return store.CompactionStats{PendingStates: n, PendingBytes: b, Compacted: s.compact.compacted, SavedBytes: s.compact.savedBytes}
+}
+
+// scanPending registers every state left raw-pending in the database (by a crash, a stop, or
+// another ckptd process).
+func (s *Store) scanPending(ctx context.Context) error {
+	return s.readTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT hash, size FROM states WHERE encoding = ?`, store.EncRawPending)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h []byte
+			var size int64
+			if err := rows.Scan(&h, &size); err != nil {
+				return err
+			}
+			s.compact.add(h, size)
+		}
+		return rows.Err()
+	})
+}
+
+// compactLoop compresses pending states whenever the writer is idle or the backlog is large.
+func (s *Store) compactLoop() {
+	defer s.bgWG.Done()
+	ctx := context.Background()
+	for {
+		select {
+		case <-s.stopBG:
+			return
+		case <-s.compact.kick:
+		}
+		for {
+			if !s.waitCompactTurn() {
+				return
+			}
+			hashes := s.compact.take(compactBatchBytes)
+			if len(hashes) == 0 {
+				break
+			}
+			if err := s.compactStates(ctx, hashes); err != nil {
+				if errors.Is(err, store.ErrClosed) {
+					return
+				}
+				s.log.Warn("ckptd store: compressing stored states failed; they stay uncompressed until the next start", "err", err, "states", len(hashes))
+			}
+		}
+	}
+}
+
+// waitCompactTurn waits until the writer has been idle for compactIdle (or the backlog is over
+// compactBacklogBytes). False when the store is closing.
+func (s *Store) waitCompactTurn() bool {
+	for {
+		if _, b := s.compact.backlog(); b == 0 || b >= compactBacklogBytes {
+			return true
+		}
+		s.mu.Lock()
+		busy := len(s.queue) > 0
+		s.mu.Unlock()
+		idle := time.Since(time.Unix(0, s.lastCommit.Load()))
+		if !busy && idle >= compactIdle {
+			return true
+		}
+		wait := compactIdle - idle
+		if busy || wait <= 0 {
+			wait = compactIdle
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.stopBG:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+type compacted struct {
+	hash      []byte
+	size      int64
+	data      []byte
+	enc       int
+	corrupted bool
+}
+
+// compactStates compresses the given raw-pending states and writes them back in one transaction.
+func (s *Store) compactStates(ctx context.Context, hashes [][]byte) error {
+	var out []compacted
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		for _, h := range hashes {
+			var size int64
+			var data []byte
+			err := tx.QueryRowContext(ctx, `SELECT size, data FROM states WHERE hash = ? AND encoding = ?`, h, store.EncRawPending).Scan(&size, &data)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // deleted by retention, or compacted by another process
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, compacted{hash: h, size: size, data: data})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range out {
+		c := &out[i]
+		if sum := sha256.Sum256(c.data); int64(len(c.data)) != c.size || !bytes.Equal(sum[:], c.hash) {
+			// Leave it as it is: loads report it as corrupt, and compressing it would only hide that.
+			c.corrupted = true
+			s.log.Error("ckptd store: a stored state does not match its SHA-256; leaving it uncompressed", "sha256", fmt.Sprintf("%x", c.hash))
+			continue
+		}
+		data, enc := s.codec.Compress(c.data, s.opts.CompressThreshold)
+		if enc == store.EncRaw {
+			c.data, c.enc = nil, store.EncRaw // incompressible: only the encoding changes
+		} else {
+			c.data, c.enc = data, enc
+		}
+	}
+	var saved, done int64
+	err = s.do(ctx, func(ctx context.Context, w *wtx) error {
+		saved, done = 0, 0
+		for _, c := range out {
+			var res sql.Result
+			var err error
+			switch {
+			case c.corrupted || c.data == nil: // stays raw for good
+				res, err = w.exec(ctx, `UPDATE states SET encoding = ? WHERE hash = ? AND encoding = ?`, store.EncRaw, c.hash, store.EncRawPending)
+			default:
+				res, err = w.exec(ctx, `UPDATE states SET encoding = ?, stored_size = ?, data = ? WHERE hash = ? AND encoding = ?`,
+					c.enc, len(c.data), c.data, c.hash, store.EncRawPending)
+			}
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 || c.data == nil {
+				continue
+			}
+			if _, err := w.exec(ctx, `UPDATE checkpoints SET stored_size = ? WHERE state_hash = ? AND stored_size = ?`,
+				len(c.data), c.hash, c.size); err != nil {
+				return err
+			}
+			s.walPending.Add(int64(len(c.data)))
+			saved += c.size - int64(len(c.data))
+			done++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.compact.mu.Lock()
+	s.compact.compacted += done
+	s.compact.savedBytes += saved
+	s.compact.mu.Unlock()
+	return nil
+}
+
+// Compact compresses every state still waiting for deferred compression now, without waiting
+// for the writer to be idle. Tests, benchmarks and `ckptd` commands that exit right away use it.
+func (s *Store) Compact(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hashes := s.compact.take(compactBatchBytes)
+		if len(hashes) == 0 {
+			return nil
+		}
+		if err := s.compactStates(ctx, hashes); err != nil {
+			return fmt.Errorf("compact: %w", err)
+		}
+	}
+}

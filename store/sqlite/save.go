@@ -1,0 +1,404 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+// saveJob is a save plus everything computed before it reaches the writer.
+type saveJob struct {
+	store.PreparedSave
+	err         error // validation failure: reported without touching the database
+	compressNow bool  // compress on the save path, never deferred (imports)
+
+	check    chan error // req.Check's result, nil once received (or without Check)
+	checkErr error
+
+	res store.SaveResult
+}
+
+// Save stores a checkpoint and returns once it is committed.
+func (s *Store) Save(ctx context.Context, req store.SaveRequest) (store.SaveResult, error) {
+	return s.Enqueue(req).Wait(ctx)
+}
+
+// Enqueue accepts a save without blocking. Saves are committed in Enqueue order. The state is
+// hashed and compressed on its own goroutine while earlier saves commit.
+func (s *Store) Enqueue(req store.SaveRequest) *store.Pending {
+	sj := &saveJob{}
+	sj.Req = req
+	j := &job{save: sj, ready: make(chan struct{}), done: make(chan struct{})}
+	p := store.NewPending(j.done, func() (store.SaveResult, error) {
+		if j.err != nil {
+			return store.SaveResult{}, j.err
+		}
+		return sj.res, nil
+	})
+	inline := len(req.State) < inlinePrepState &&
+		len(req.PendingTasks)+len(req.CompletedTasks)+len(req.Metadata) < inlinePrepRest
+	if inline {
+		s.prepareJob(j) // microseconds: cheaper than a goroutine hand-off
+	}
+	if !s.push(j) {
+		j.err = fmt.Errorf("save: %w", store.ErrClosed)
+		if !inline {
+			close(j.ready)
+		}
+		close(j.done)
+		return p
+	}
+	if !inline {
+		go s.prepareJob(j)
+	}
+	return p
+}
+
+// Enqueue prepares saves this small inline; larger ones on their own goroutine.
+const (
+	inlinePrepState = 8 << 10
+	inlinePrepRest  = 64 << 10
+)
+
+func (s *Store) prepareJob(j *job) {
+	defer close(j.ready)
+	defer func() {
+		if r := recover(); r != nil {
+			j.save.err = fmt.Errorf("save: internal error preparing checkpoint: %v", r)
+		}
+	}()
+	j.save.err = s.prepare(j.save)
+}
+
+// prepare starts req.Check, whose result the writer collects before the save may commit, then
+// validates the request and computes hashes, compressed bytes and metadata index rows
+// (store.PreparedSave).
+func (s *Store) prepare(sj *saveJob) error {
+	if check := sj.Req.Check; check != nil {
+		ch := make(chan error, 1)
+		sj.check = ch
+		go func() {
+			defer func() {
+				if p := recover(); p != nil {
+					ch <- fmt.Errorf("save: internal error checking the request: %v", p)
+				}
+			}()
+			ch <- check()
+		}()
+	}
+	pol := store.SavePolicy{Codec: s.codec, MaxStateBytes: s.opts.MaxStateBytes, CompressThreshold: s.opts.CompressThreshold,
+		Defer: !s.opts.CompressInline && !sj.compressNow, Log: s.log}
+	return sj.Prepare(sj.Req, &pol)
+}
+
+// writeStmts are the writer connection's prepared statements for the save path.
+type writeStmts struct {
+	begin, commit, rollback, savepoint, release, rollbackTo                       *sql.Stmt
+	existing, upsertWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
+	delMeta, delWrites, delCkpt, delState                                         *sql.Stmt
+}
+
+func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
+	ws := &writeStmts{}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&ws.begin, `BEGIN IMMEDIATE`},
+		{&ws.commit, `COMMIT`},
+		{&ws.rollback, `ROLLBACK`},
+		{&ws.savepoint, `SAVEPOINT job`},
+		{&ws.release, `RELEASE job`},
+		{&ws.rollbackTo, `ROLLBACK TO job`},
+		{&ws.existing, `SELECT workflow_id, content_hash, seq, created_at, size, stored_size, state_hash, dedup
+			FROM checkpoints WHERE checkpoint_id = ?`},
+		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at) VALUES (?1, 2, ?2, ?2)
+			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = ?2, completed_at = NULL
+			RETURNING next_seq - 1, retention`},
+		{&ws.selState, `SELECT stored_size FROM states WHERE hash = ?`},
+		{&ws.insState, `INSERT INTO states(hash, encoding, size, stored_size, data) VALUES (?, ?, ?, ?, ?)`},
+		{&ws.insCkpt, `INSERT INTO checkpoints(checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step,
+			step_name, error, state_type, state_hash, size, stored_size, dedup, completed_count, pending_count,
+			workflow_hash, created_at, format_version, content_hash, metadata, completed_tasks, pending_tasks)
+			VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`},
+		{&ws.insMeta, `INSERT INTO checkpoint_meta(key, value, ckpt) VALUES (?, ?, ?)`},
+		{&ws.retItems, `SELECT id, seq, checkpoint_id, created_at FROM checkpoints
+			WHERE workflow_id = ? AND namespace = ? ORDER BY seq`},
+		{&ws.retBeyond, `SELECT id, checkpoint_id FROM checkpoints
+			WHERE workflow_id = ? AND namespace = ? ORDER BY seq DESC LIMIT -1 OFFSET ?`},
+		{&ws.delMeta, `DELETE FROM checkpoint_meta WHERE ckpt = ?`},
+		{&ws.delWrites, `DELETE FROM writes WHERE checkpoint_id = ?`},
+		{&ws.delCkpt, `DELETE FROM checkpoints WHERE id = ? RETURNING state_hash`},
+		{&ws.delState, `DELETE FROM states WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE state_hash = ?1)`},
+	} {
+		st, err := c.PrepareContext(ctx, p.q)
+		if err != nil {
+			ws.close()
+			return nil, fmt.Errorf("prepare %q: %w", p.q, err)
+		}
+		*p.dst = st
+	}
+	return ws, nil
+}
+
+func (ws *writeStmts) close() {
+	for _, st := range []*sql.Stmt{ws.begin, ws.commit, ws.rollback, ws.savepoint, ws.release, ws.rollbackTo, ws.existing, ws.upsertWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
+		ws.retItems, ws.retBeyond, ws.delMeta, ws.delWrites, ws.delCkpt, ws.delState} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// storeState stores the save's state bytes unless the same bytes are stored already (dedup),
+// and returns the stored size. Raw-pending states go to the compactor once committed.
+func (s *Store) storeState(ctx context.Context, w *wtx, sj *saveJob) (stored int64, dedup bool, err error) {
+	if !sj.HasState {
+		return 0, false, nil
+	}
+	err = s.ws.selState.QueryRowContext(ctx, sj.SHA).Scan(&stored)
+	switch {
+	case err == nil:
+		return stored, true, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, false, err
+	}
+	if _, err := s.ws.insState.ExecContext(ctx, sj.SHA, sj.Encoding, len(sj.Req.State), len(sj.Data), sj.Data); err != nil {
+		return 0, false, err
+	}
+	stored = int64(len(sj.Data))
+	s.walPending.Add(stored)
+	if sj.Encoding == store.EncRawPending {
+		sha, size := sj.SHA, int64(len(sj.Req.State))
+		w.after(func() { s.compact.add(sha, size) })
+	}
+	return stored, false, nil
+}
+
+// checked waits for req.Check (if any) and returns its error. Writer goroutine only; a batch
+// retried after SQLITE_BUSY gets the same answer again.
+func (sj *saveJob) checked() error {
+	if sj.check != nil {
+		sj.checkErr = <-sj.check
+		sj.check = nil
+	}
+	return sj.checkErr
+}
+
+// runSave executes one prepared save inside the writer's transaction; a failed req.Check undoes
+// it (the caller rolls the job back on any error).
+func (s *Store) runSave(ctx context.Context, w *wtx, sj *saveJob) error {
+	if err := s.runSaveRows(ctx, w, sj); err != nil {
+		return err
+	}
+	return sj.checked()
+}
+
+func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
+	ws := s.ws
+	r := &sj.Req
+	var (
+		exWf                          string
+		exHash, exState               []byte
+		exSeq, exCreated, exSz, exSto int64
+		exDedup                       bool
+	)
+	err := sql.ErrNoRows // an id this store just made (UUIDv7) cannot exist yet
+	if r.CheckpointID != "" {
+		err = ws.existing.QueryRowContext(ctx, sj.ID).Scan(&exWf, &exHash, &exSeq, &exCreated, &exSz, &exSto, &exState, &exDedup)
+	}
+	switch {
+	case err == nil:
+		if exWf != r.WorkflowID {
+			return fmt.Errorf("checkpoint %q belongs to workflow %q: %w", sj.ID, exWf, store.ErrConflict)
+		}
+		if !bytes.Equal(exHash, sj.ContentHash) {
+			return fmt.Errorf("checkpoint %q already saved with different content: %w", sj.ID, store.ErrConflict)
+		}
+		sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: exSeq, CreatedAt: time.UnixMicro(exCreated).UTC(),
+			SizeBytes: exSz, StoredBytes: exSto, SHA256: hex.EncodeToString(exState), Deduplicated: exDedup, Existing: true}
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return err
+	}
+
+	now := s.now()
+	micros := now.UnixMicro()
+	var seq int64
+	var retJSON sql.NullString
+	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros).Scan(&seq, &retJSON); err != nil {
+		return err
+	}
+	stored, dedup, err := s.storeState(ctx, w, sj)
+	if err != nil {
+		return err
+	}
+	var rowid int64
+	if err := ws.insCkpt.QueryRowContext(ctx, sj.ID, r.WorkflowID, r.Namespace, seq, nullStr(r.ParentID), string(r.Phase),
+		r.Step, nullStr(r.StepName), nullBytes(sj.ErrorJSON), string(sj.StateType), nullBytes(sj.SHA), len(r.State), stored,
+		dedup, sj.CompletedN, sj.PendingN, nullStr(r.WorkflowHash), micros, store.FormatVersion, sj.ContentHash,
+		nullBytes(sj.MetaRaw), nullBytes([]byte(r.CompletedTasks)), nullBytes([]byte(r.PendingTasks))).Scan(&rowid); err != nil {
+		return err
+	}
+	for _, kv := range sj.Meta {
+		if _, err := ws.insMeta.ExecContext(ctx, kv[0], kv[1], rowid); err != nil {
+			return err
+		}
+	}
+	if r.Manifest != nil {
+		if err := s.insertManifest(ctx, w, rowid, r.Manifest); err != nil {
+			return err
+		}
+	}
+	if sj.ValidationJSON != nil {
+		if err := s.insertValidation(ctx, w, rowid, r.Validation.Status, sj.ValidationJSON); err != nil { // store/sqlite/saga.go
+			return err
+		}
+	}
+	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
+		StoredBytes: stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: dedup}
+
+	ret := s.parseRetention(r.WorkflowID, retJSON)
+	if ret.KeepLast > 0 || ret.MaxAgeSeconds > 0 {
+		pruned, err := s.applyRetention(ctx, w, r.WorkflowID, r.Namespace, ret, now)
+		if err != nil {
+			return err
+		}
+		if len(pruned) > 0 {
+			sj.res.Pruned = pruned
+			wf := r.WorkflowID
+			w.after(func() {
+				s.deletes.Add(uint64(len(pruned)))
+				s.notifyPruned(wf, pruned, "retention")
+			})
+		}
+	}
+	return nil
+}
+
+// applyRetention deletes what r selects among (workflow, namespace)'s checkpoints.
+func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r store.Retention, now time.Time) ([]string, error) {
+	if r.MaxAgeSeconds <= 0 && r.KeepLast > 0 {
+		return s.applyKeepLast(ctx, w, wf, ns, r)
+	}
+	rows, err := s.ws.retItems.QueryContext(ctx, wf, ns)
+	if err != nil {
+		return nil, err
+	}
+	var items []store.RetentionItem
+	rowids := map[string]int64{}
+	for rows.Next() {
+		var it store.RetentionItem
+		var id, created int64
+		if err := rows.Scan(&id, &it.Seq, &it.ID, &created); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		it.CreatedAt = time.UnixMicro(created)
+		items = append(items, it)
+		rowids[it.ID] = id
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	expired, err := s.withoutRetentionHolds(ctx, w, wf, ns, store.SelectExpired(items, r, now)) // store/sqlite/saga.go
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range expired {
+		if _, err := s.deleteCheckpoint(ctx, w, rowids[id], id); err != nil {
+			return nil, err
+		}
+	}
+	return expired, nil
+}
+
+// applyKeepLast is applyRetention for a keepLast-only policy (the common default): it reads only
+// the checkpoints beyond the newest KeepLast instead of all of them. Same result as SelectExpired.
+func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r store.Retention) ([]string, error) {
+	refs, err := scanRefs(s.ws.retBeyond.QueryContext(ctx, wf, ns, r.KeepLast))
+	if err != nil {
+		return nil, err
+	}
+	if r.KeepFirst && len(refs) > 0 {
+		refs = refs[:len(refs)-1] // newest first: the last one is the lowest seq
+	}
+	if refs, err = s.refsWithoutRetentionHolds(ctx, w, wf, ns, refs); err != nil { // store/sqlite/saga.go
+		return nil, err
+	}
+	expired := make([]string, 0, len(refs))
+	for i := len(refs) - 1; i >= 0; i-- { // seq order, like store.SelectExpired
+		if _, err := s.deleteCheckpoint(ctx, w, refs[i].rowid, refs[i].id); err != nil {
+			return nil, err
+		}
+		expired = append(expired, refs[i].id)
+	}
+	return expired, nil
+}
+
+func scanRefs(rows *sql.Rows, err error) ([]ckRef, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ckRef
+	for rows.Next() {
+		var r ckRef
+		if err := rows.Scan(&r.rowid, &r.id); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// deleteCheckpoint removes one checkpoint, its metadata rows, its pending writes and its state
+// blob if nothing else refers to it.
+func (s *Store) deleteCheckpoint(ctx context.Context, w *wtx, rowid int64, checkpointID string) (bool, error) {
+	ws := s.ws
+	if _, err := ws.delMeta.ExecContext(ctx, rowid); err != nil {
+		return false, err
+	}
+	if _, err := ws.delWrites.ExecContext(ctx, checkpointID); err != nil {
+		return false, err
+	}
+	if err := s.deleteManifest(ctx, w, rowid); err != nil {
+		return false, err
+	}
+	var hash []byte
+	if err := ws.delCkpt.QueryRowContext(ctx, rowid).Scan(&hash); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return false, err
+	}
+	if hash != nil {
+		if _, err := ws.delState.ExecContext(ctx, hash); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,319 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// applicationID marks a SQLite file as a ckptd database (PRAGMA application_id, "ckpt").
+const applicationID = 0x636b7074
+
+// migrations[i] brings the schema from user_version i to i+1. Append only: never edit a released
+// step. Each step runs in its own IMMEDIATE transaction together with the user_version bump.
+var migrations = []string{
+	// 1: core schema: workflows, deduplicated states, checkpoints, metadata index.
+	`
+PRAGMA application_id = 1667985524;
+
+CREATE TABLE workflows (
+	workflow_id  TEXT PRIMARY KEY,
+	next_seq     INTEGER NOT NULL DEFAULT 1,
+	created_at   INTEGER NOT NULL,  -- unix micros
+	updated_at   INTEGER NOT NULL,  -- last save (unix micros)
+	completed_at INTEGER            -- NULL: not completed
+);
+
+-- State bytes, stored once per SHA-256 of the raw bytes as the client sent them.
+CREATE TABLE states (
+	id          INTEGER PRIMARY KEY,
+	hash        BLOB NOT NULL UNIQUE,  -- sha256 of the raw state (32 bytes)
+	encoding    INTEGER NOT NULL,      -- 0 raw, 1 zstd
+	size        INTEGER NOT NULL,      -- raw size
+	stored_size INTEGER NOT NULL,      -- length(data)
+	data        BLOB NOT NULL          -- last: nothing is read after it
+);
+
+CREATE TABLE checkpoints (
+	id              INTEGER PRIMARY KEY AUTOINCREMENT,  -- save order
+	checkpoint_id   TEXT NOT NULL UNIQUE,
+	workflow_id     TEXT NOT NULL,
+	namespace       TEXT NOT NULL,
+	seq             INTEGER NOT NULL,
+	parent_id       TEXT,
+	phase           TEXT NOT NULL,
+	step            INTEGER NOT NULL,
+	step_name       TEXT,
+	error           TEXT,               -- {"message","retryable"} or NULL
+	state_type      TEXT NOT NULL,      -- json | bytes | none
+	state_hash      BLOB,               -- states.hash, NULL for none
+	size            INTEGER NOT NULL,
+	stored_size     INTEGER NOT NULL,
+	dedup           INTEGER NOT NULL,   -- the state was already stored at save time
+	completed_count INTEGER NOT NULL,
+	pending_count   INTEGER NOT NULL,
+	workflow_hash   TEXT,
+	created_at      INTEGER NOT NULL,   -- unix micros
+	format_version  INTEGER NOT NULL,
+	content_hash    BLOB NOT NULL,      -- idempotency digest over every saved field
+	metadata        BLOB,               -- raw JSON object as sent
+	completed_tasks BLOB,               -- raw JSON array as sent
+	pending_tasks   BLOB                -- raw JSON array as sent (last: may be large)
+);
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints(workflow_id, seq);
+CREATE INDEX checkpoints_wf_ns_seq ON checkpoints(workflow_id, namespace, seq);
+CREATE INDEX checkpoints_ns_id ON checkpoints(namespace, id);
+CREATE INDEX checkpoints_phase_id ON checkpoints(phase, id);
+CREATE INDEX checkpoints_state ON checkpoints(state_hash);
+
+-- Top-level metadata keys for exact-match filters; value is canonical compact JSON.
+CREATE TABLE checkpoint_meta (
+	key   TEXT NOT NULL,
+	value TEXT NOT NULL,
+	ckpt  INTEGER NOT NULL,  -- checkpoints.id
+	PRIMARY KEY (key, value, ckpt)
+) WITHOUT ROWID;
+CREATE INDEX checkpoint_meta_ckpt ON checkpoint_meta(ckpt);
+`,
+	// 2: workflow configuration (retention, free config) and pending writes.
+	`
+ALTER TABLE workflows ADD COLUMN retention TEXT;  -- JSON Retention, NULL: server default
+ALTER TABLE workflows ADD COLUMN config TEXT;     -- free JSON object for later features
+
+CREATE TABLE writes (
+	checkpoint_id TEXT NOT NULL,
+	task_id       TEXT NOT NULL,
+	idx           INTEGER NOT NULL,
+	workflow_id   TEXT NOT NULL,
+	namespace     TEXT NOT NULL,
+	channel       TEXT NOT NULL,
+	type          TEXT,
+	task_path     TEXT NOT NULL,
+	is_bytes      INTEGER NOT NULL,
+	value         BLOB,
+	PRIMARY KEY (checkpoint_id, task_id, idx)
+);
+`,
+	// 3: LangGraph channel storage (store/sqlite/channels.go): checkpoints keyed by (thread, namespace, id),
+	// channel blobs keyed by (thread, namespace, channel, version), pending writes, metadata index.
+	`
+CREATE TABLE lg_checkpoints (
+	id               INTEGER PRIMARY KEY,  -- storage order (ties in lg/list)
+	thread_id        TEXT NOT NULL,
+	namespace        TEXT NOT NULL,
+	checkpoint_id    TEXT NOT NULL,
+	parent_id        TEXT,
+	created_at       INTEGER NOT NULL,     -- unix micros
+	channel_versions TEXT NOT NULL,        -- JSON object channel -> version, as sent
+	metadata         BLOB,                 -- JSON object as sent
+	type             TEXT NOT NULL,        -- serializer tag of data
+	encoding         INTEGER NOT NULL,     -- 0 raw, 1 zstd, 2 chunked zstd
+	size             INTEGER NOT NULL,     -- raw size
+	sha256           BLOB NOT NULL,        -- of the raw bytes
+	data             BLOB NOT NULL         -- the serialized checkpoint (last)
+);
+CREATE UNIQUE INDEX lg_checkpoints_key ON lg_checkpoints(thread_id, namespace, checkpoint_id);
+CREATE INDEX lg_checkpoints_thread ON lg_checkpoints(thread_id, checkpoint_id);
+CREATE INDEX lg_checkpoints_ns ON lg_checkpoints(namespace, checkpoint_id);
+CREATE INDEX lg_checkpoints_id ON lg_checkpoints(checkpoint_id);
+
+-- Top-level metadata keys for exact-match filters: vhash = first 16 bytes of SHA-256 of the
+-- value's canonical JSON. checkpoint_id is repeated so that filters walk it in list order.
+CREATE TABLE lg_meta (
+	key           TEXT NOT NULL,
+	vhash         BLOB NOT NULL,
+	checkpoint_id TEXT NOT NULL,
+	ckpt          INTEGER NOT NULL,  -- lg_checkpoints.id
+	PRIMARY KEY (key, vhash, checkpoint_id, ckpt)
+) WITHOUT ROWID;
+CREATE INDEX lg_meta_ckpt ON lg_meta(ckpt);
+
+-- Channel values; immutable once stored. version is the canonical JSON text of the version.
+CREATE TABLE lg_blobs (
+	id        INTEGER PRIMARY KEY,
+	thread_id TEXT NOT NULL,
+	namespace TEXT NOT NULL,
+	channel   TEXT NOT NULL,
+	version   TEXT NOT NULL,
+	type      TEXT NOT NULL,     -- serializer tag; "empty": no value
+	encoding  INTEGER NOT NULL,
+	size      INTEGER NOT NULL,
+	sha256    BLOB NOT NULL,
+	data      BLOB NOT NULL
+);
+CREATE UNIQUE INDEX lg_blobs_key ON lg_blobs(thread_id, namespace, channel, version);
+
+CREATE TABLE lg_writes (
+	id            INTEGER PRIMARY KEY,
+	thread_id     TEXT NOT NULL,
+	namespace     TEXT NOT NULL,
+	checkpoint_id TEXT NOT NULL,
+	task_id       TEXT NOT NULL,
+	idx           INTEGER NOT NULL,
+	task_path     TEXT NOT NULL,
+	channel       TEXT NOT NULL,
+	type          TEXT NOT NULL,
+	encoding      INTEGER NOT NULL,
+	size          INTEGER NOT NULL,
+	sha256        BLOB NOT NULL,
+	data          BLOB NOT NULL
+);
+CREATE UNIQUE INDEX lg_writes_key ON lg_writes(thread_id, namespace, checkpoint_id, task_id, idx);
+`,
+	// 4: source fingerprints (drift manifests) recorded with checkpoints (store/sqlite/manifests.go): a
+	// header per checkpoint plus its ordered entry keys, cut into chunks stored once per content;
+	// each distinct entry stored once. Reference counts let deletions collect what is unused.
+	`
+CREATE TABLE drift_manifests (
+	ckpt   INTEGER PRIMARY KEY,  -- checkpoints.id
+	root   TEXT NOT NULL,        -- absolute sources.root
+	files  INTEGER NOT NULL,     -- number of entries
+	header BLOB NOT NULL,        -- drift.MarshalManifest of the manifest without its entries
+	chunks BLOB NOT NULL         -- drift_chunks.id (16 bytes) of each chunk of its entry keys, in order
+);
+
+-- A run of consecutive entry keys of a manifest; identical runs are shared by manifests.
+CREATE TABLE drift_chunks (
+	id   BLOB PRIMARY KEY,       -- first 16 bytes of BLAKE3(keys)
+	refs INTEGER NOT NULL,       -- manifests listing it; the row goes at 0
+	keys BLOB NOT NULL           -- drift.EntryKey (16 bytes) of each entry, in path order
+) WITHOUT ROWID;
+
+CREATE TABLE drift_entries (
+	key  BLOB PRIMARY KEY,       -- drift.EntryKey
+	refs INTEGER NOT NULL,       -- chunks listing it; the row goes at 0
+	data BLOB NOT NULL           -- drift.EncodeEntry
+) WITHOUT ROWID;
+`,
+	// 5: deferred compression (store/sqlite/compact.go): states saved raw with encoding 3 until the
+	// compactor compresses them; this index finds the leftovers at start-up. Older builds must
+	// not open such a database (they would read encoding 3 as corrupt), hence a schema step.
+	`
+CREATE INDEX states_pending ON states(encoding) WHERE encoding = 3;
+`,
+	// 6: validation checkpoints and the compensation log (store/saga.go): a checkpoint's
+	// validation status and record; compensations registered per workflow (seq: registration
+	// order; after_seq: the workflow's newest checkpoint seq when registered); rollbacks, at
+	// most one unfinished per (workflow, namespace).
+	`
+ALTER TABLE checkpoints ADD COLUMN validation_status TEXT;  -- passed | warning | failed; NULL: none
+ALTER TABLE checkpoints ADD COLUMN validation BLOB;         -- JSON {confidence, min, warning, message?, details?}
+CREATE INDEX checkpoints_validation ON checkpoints(workflow_id, namespace, seq) WHERE validation_status IS NOT NULL;
+CREATE INDEX checkpoints_validation_id ON checkpoints(validation_status, id) WHERE validation_status IS NOT NULL;
+
+CREATE TABLE compensations (
+	id              INTEGER PRIMARY KEY,
+	compensation_id TEXT NOT NULL UNIQUE,
+	workflow_id     TEXT NOT NULL,
+	namespace       TEXT NOT NULL,
+	seq             INTEGER NOT NULL,   -- registration order within the workflow
+	after_seq       INTEGER NOT NULL,   -- workflows.next_seq - 1 when registered
+	checkpoint_id   TEXT,
+	step_name       TEXT,
+	task_id         TEXT,
+	description     TEXT NOT NULL,
+	status          TEXT NOT NULL,      -- pending | done | failed
+	error           TEXT,               -- the last failure a rollback reported
+	rollback_id     TEXT,               -- the rollback that ran it last
+	created_at      INTEGER NOT NULL,   -- unix micros
+	done_at         INTEGER,
+	action          BLOB NOT NULL       -- opaque JSON as sent (last)
+);
+CREATE UNIQUE INDEX compensations_wf_seq ON compensations(workflow_id, seq);
+CREATE INDEX compensations_wf_ns_seq ON compensations(workflow_id, namespace, seq);
+
+CREATE TABLE rollbacks (
+	rollback_id      TEXT PRIMARY KEY,
+	workflow_id      TEXT NOT NULL,
+	namespace        TEXT NOT NULL,
+	to_checkpoint_id TEXT,              -- NULL: a full rollback
+	to_seq           INTEGER NOT NULL,  -- the target's seq (0: full)
+	max_seq          INTEGER NOT NULL,  -- the newest compensation seq of the workflow when planned
+	created_at       INTEGER NOT NULL,
+	completed_at     INTEGER            -- NULL: unfinished
+);
+CREATE UNIQUE INDEX rollbacks_unfinished ON rollbacks(workflow_id, namespace) WHERE completed_at IS NULL;
+CREATE INDEX rollbacks_wf ON rollbacks(workflow_id, created_at);
+`,
+}
+
+// SchemaVersion is the user_version this build migrates databases to.
+var SchemaVersion = len(migrations)
+
+// checkSchema refuses databases this build must not touch: a newer schema version, another
+// application's database. It only reads.
+func checkSchema(ctx context.Context, conn *sql.Conn, retry func(context.Context, func() error) error) error {
+	// One statement, so one snapshot: read separately, another ckptd creating the schema of a
+	// new database at the same moment (migration 1 sets all three in one transaction) could be
+	// seen half before and half after its commit ("schema objects but no ckptd schema version").
+	var v, app, n int
+	if err := retry(ctx, func() error {
+		return conn.QueryRowContext(ctx, `SELECT (SELECT user_version FROM pragma_user_version),
+			(SELECT application_id FROM pragma_application_id), (SELECT count(*) FROM sqlite_schema)`).Scan(&v, &app, &n)
+	}); err != nil {
+		return wrapDB("read user_version", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this ckptd supports (%d): upgrade ckptd", v, len(migrations))
+	}
+	if app != 0 && app != applicationID {
+		return fmt.Errorf("not a ckptd database (application_id %#x)", app)
+	}
+	if v == 0 && n > 0 && app != applicationID {
+		return fmt.Errorf("not a ckptd database: it has %d schema objects but no ckptd schema version", n)
+	}
+	return nil
+}
+
+// migrate brings the database on conn up to target (normally SchemaVersion). Safe against another
+// process migrating at the same time: each step re-checks user_version inside its transaction.
+func migrate(ctx context.Context, conn *sql.Conn, target int, retry func(context.Context, func() error) error) error {
+	if target > len(migrations) {
+		target = len(migrations)
+	}
+	var v int
+	if err := retry(ctx, func() error {
+		return conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	}); err != nil {
+		return wrapDB("read user_version", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this ckptd supports (%d): upgrade ckptd", v, len(migrations))
+	}
+	for step := v + 1; step <= target; step++ {
+		if err := retry(ctx, func() error { return migrateStep(ctx, conn, step) }); err != nil {
+			return fmt.Errorf("migrate schema to version %d: %w", step, wrapDB("migrate", err))
+		}
+	}
+	return nil
+}
+
+func migrateStep(ctx context.Context, conn *sql.Conn, step int) (err error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		}
+	}()
+	var v int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return err
+	}
+	if v >= step { // someone else migrated meanwhile
+		_, err = conn.ExecContext(ctx, "COMMIT")
+		return err
+	}
+	if v != step-1 {
+		return fmt.Errorf("schema version %d, expected %d", v, step-1)
+	}
+	if _, err := conn.ExecContext(ctx, migrations[step-1]); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", step)); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
+}

@@ -1,0 +1,158 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/storetest"
+)
+
+// TestConformance runs the storage contract's conformance suite on SQLite.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, openConformance)
+}
+
+// openConformance opens a database for one storetest case: a new file, the file of o.Same (then
+// with the background goroutines on, like a second ckptd), or a copy of the schema-v1 fixture.
+func openConformance(t *testing.T, o storetest.Options) store.Backend {
+	t.Helper()
+	opts := Options{Options: o.Options, noBackground: true}
+	switch {
+	case o.Same != nil:
+		opts.Path = o.Same.(*testBackend).Path()
+		opts.noBackground, opts.ckptInterval = false, 20*time.Millisecond
+	case o.Oldest:
+		opts.Path = filepath.Join(t.TempDir(), "ckptd.db")
+		copyFile(t, v1Fixture, opts.Path)
+		require.Equal(t, 1, userVersion(t, opts.Path))
+	default:
+		opts.Path = filepath.Join(t.TempDir(), "ckptd.db")
+	}
+	s, err := open(context.Background(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	if o.Oldest {
+		require.Equal(t, SchemaVersion, userVersion(t, opts.Path))
+	}
+	return &testBackend{s}
+}
+
+// testBackend is a Store with storetest's hooks, which work on the file through a connection
+// of their own.
+type testBackend struct{ *Store }
+
+var _ storetest.Corrupter = (*testBackend)(nil)
+
+func (b *testBackend) exec(t testing.TB, wantRows int64, q string, args ...any) {
+	t.Helper()
+	res, err := rawDB(t, b.Path()).Exec(q, args...)
+	require.NoError(t, err)
+	if wantRows >= 0 {
+		n, err := res.RowsAffected()
+		require.NoError(t, err)
+		require.Equal(t, wantRows, n, "rows changed by %s", q)
+	}
+}
+
+func (b *testBackend) SetStateBytes(t testing.TB, checkpointID string, stored []byte) {
+	b.exec(t, 1, `UPDATE states SET data = ? WHERE hash = (SELECT state_hash FROM checkpoints WHERE checkpoint_id = ?)`,
+		stored, checkpointID)
+}
+
+func (b *testBackend) DropState(t testing.TB, checkpointID string) {
+	b.exec(t, 1, `DELETE FROM states WHERE hash = (SELECT state_hash FROM checkpoints WHERE checkpoint_id = ?)`, checkpointID)
+}
+
+func (b *testBackend) SetLGValueBytes(t testing.TB, thread, ns, channel, version string, stored []byte) {
+	b.exec(t, 1, `UPDATE lg_blobs SET data = ? WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`,
+		stored, thread, ns, channel, version)
+}
+
+func (b *testBackend) DropManifestEntry(t testing.TB, key []byte) {
+	b.exec(t, 1, `DELETE FROM drift_entries WHERE key = ?`, key)
+}
+
+func (b *testBackend) SetManifestEntry(t testing.TB, key, data []byte) {
+	b.exec(t, 1, `UPDATE drift_entries SET data = ? WHERE key = ?`, data, key)
+}
+
+func (b *testBackend) SetManifestChunkKeys(t testing.TB, id, keys []byte) {
+	b.exec(t, 1, `UPDATE drift_chunks SET keys = ? WHERE id = ?`, keys, id)
+}
+
+func (b *testBackend) DropManifestChunks(t testing.TB) { b.exec(t, -1, `DELETE FROM drift_chunks`) }
+
+func (b *testBackend) SetManifestHeader(t testing.TB, checkpointID string, header []byte) {
+	b.exec(t, 1, `UPDATE drift_manifests SET header = ? WHERE ckpt = (SELECT id FROM checkpoints WHERE checkpoint_id = ?)`,
+		header, checkpointID)
+}
+
+func (b *testBackend) SetManifestChunkIDs(t testing.TB, checkpointID string, ids []byte) {
+	b.exec(t, 1, `UPDATE drift_manifests SET chunks = ? WHERE ckpt = (SELECT id FROM checkpoints WHERE checkpoint_id = ?)`,
+		ids, checkpointID)
+}
+
+func (b *testBackend) ManifestRows(t testing.TB) (manifests, chunks, entries int) {
+	t.Helper()
+	db := rawDB(t, b.Path())
+	chunkRefs := map[string]int{}
+	scan := func(q string, each func(rows *sql.Rows)) {
+		rows, err := db.Query(q)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			each(rows)
+		}
+		require.NoError(t, rows.Err())
+	}
+	scan(`SELECT chunks FROM drift_manifests`, func(rows *sql.Rows) {
+		var ids []byte
+		require.NoError(t, rows.Scan(&ids))
+		require.Zero(t, len(ids)%keyLen)
+		for off := 0; off < len(ids); off += keyLen {
+			chunkRefs[string(ids[off:off+keyLen])]++
+		}
+		manifests++
+	})
+	entryRefs := map[string]int{}
+	scan(`SELECT id, refs, keys FROM drift_chunks`, func(rows *sql.Rows) {
+		var id, keys []byte
+		var refs int
+		require.NoError(t, rows.Scan(&id, &refs, &keys))
+		require.Equal(t, chunkRefs[string(id)], refs, "refs of chunk %x", id)
+		delete(chunkRefs, string(id))
+		for off := 0; off < len(keys); off += keyLen {
+			entryRefs[string(keys[off:off+keyLen])]++
+		}
+		chunks++
+	})
+	require.Empty(t, chunkRefs, "chunks listed by manifests but missing")
+	scan(`SELECT key, refs FROM drift_entries`, func(rows *sql.Rows) {
+		var key []byte
+		var refs int
+		require.NoError(t, rows.Scan(&key, &refs))
+		require.Equal(t, entryRefs[string(key)], refs, "refs of entry %x", key)
+		delete(entryRefs, string(key))
+		entries++
+	})
+	require.Empty(t, entryRefs, "entries listed by chunks but missing")
+	return manifests, chunks, entries
+}
+
+func (b *testBackend) LGRows(t testing.TB) (checkpoints, values, writes, meta int) {
+	t.Helper()
+	db := rawDB(t, b.Path())
+	for _, q := range []struct {
+		dst *int
+		tbl string
+	}{{&checkpoints, "lg_checkpoints"}, {&values, "lg_blobs"}, {&writes, "lg_writes"}, {&meta, "lg_meta"}} {
+		require.NoError(t, db.QueryRow("SELECT count(*) FROM "+q.tbl).Scan(q.dst))
+	}
+	return
+}

@@ -1,0 +1,390 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+// job is one unit of work for the writer goroutine: a save or a generic mutation.
+type job struct {
+	save  *saveJob
+	fn    func(ctx context.Context, w *wtx) error
+	ctx   context.Context // generic jobs: skipped if already done when their turn comes
+	ready chan struct{}   // closed when the save's preparation is done; nil: ready
+	done  chan struct{}   // closed after the commit (or failure)
+	err   error
+
+	// per attempt
+	vacuum bool
+	post   []func()
+}
+
+func (j *job) isReady() bool {
+	if j.ready == nil {
+		return true
+	}
+	select {
+	case <-j.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func (j *job) size() int {
+	if j.save != nil {
+		return len(j.save.Data) + len(j.save.Req.PendingTasks) + len(j.save.Req.CompletedTasks)
+	}
+	return 0
+}
+
+// wtx is what a job sees while running inside the writer's transaction.
+type wtx struct {
+	s    *Store
+	conn *sql.Conn
+	job  *job
+}
+
+// exec, query and queryRow run q as a prepared statement of the writer connection (wstmt).
+func (w *wtx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := w.wstmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (w *wtx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := w.wstmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (w *wtx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := w.wstmt(ctx, q)
+	if err != nil {
+		return w.conn.QueryRowContext(ctx, q, args...) // reports the same error through Scan
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// after registers f to run once the transaction has committed.
+func (w *wtx) after(f func()) { w.job.post = append(w.job.post, f) }
+
+// vacuumAfter asks for PRAGMA incremental_vacuum + a WAL checkpoint after the commit.
+func (w *wtx) vacuumAfter() { w.job.vacuum = true }
+
+func (s *Store) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// push appends j to the write queue; false if the store is closed.
+func (s *Store) push(j *job) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, j)
+	s.mu.Unlock()
+	s.signal()
+	return true
+}
+
+// do runs fn in the writer goroutine inside a write transaction and waits for the commit.
+func (s *Store) do(ctx context.Context, fn func(ctx context.Context, w *wtx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	j := &job{fn: fn, ctx: ctx, done: make(chan struct{})}
+	if !s.push(j) {
+		return store.ErrClosed
+	}
+	select {
+	case <-j.done:
+		return j.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) writerLoop() {
+	defer s.writerWG.Done()
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 {
+			if s.closed {
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+			<-s.wake
+			s.mu.Lock()
+		}
+		head := s.queue[0]
+		s.mu.Unlock()
+		if head.ready != nil {
+			<-head.ready
+		}
+		s.mu.Lock()
+		n, size := 1, head.size()
+		for n < len(s.queue) && n < maxBatchJobs {
+			j := s.queue[n]
+			if !j.isReady() || size+j.size() > maxBatchBytes {
+				break
+			}
+			size += j.size()
+			n++
+		}
+		batch := make([]*job, n)
+		copy(batch, s.queue[:n])
+		clear(s.queue[:n])
+		s.queue = s.queue[n:]
+		if len(s.queue) == 0 {
+			s.queue = nil // let the backing array go
+		}
+		s.mu.Unlock()
+		s.runBatch(batch)
+	}
+}
+
+// runBatch commits batch in one transaction, one savepoint per job, retrying the whole batch while
+// the database is busy, then answers every job.
+func (s *Store) runBatch(batch []*job) {
+	ctx := context.Background() // never interrupted: accepted work is committed
+	start := time.Now()
+	delay := time.Millisecond
+	for {
+		err := s.tryBatchSafe(ctx, batch)
+		if err == nil {
+			break
+		}
+		if isBusy(err) && time.Since(start) < s.opts.giveUp {
+			d := delay/2 + rand.N(delay)
+			time.Sleep(d)
+			if delay < 200*time.Millisecond {
+				delay *= 2
+			}
+			continue
+		}
+		var e error
+		if isBusy(err) {
+			e = fmt.Errorf("write: database busy for %s: %w: %v", time.Since(start).Round(time.Second), store.ErrUnavailable, err)
+		} else {
+			e = wrapDB("write", err)
+		}
+		s.log.Error("ckptd store: write transaction failed", "err", err, "jobs", len(batch))
+		for _, j := range batch {
+			j.err = e
+			j.post = nil
+			j.vacuum = false
+		}
+		break
+	}
+	s.writes.Add(1)
+	s.lastCommit.Store(time.Now().UnixNano())
+	vacuum := false
+	for _, j := range batch {
+		if j.err == nil && j.vacuum {
+			vacuum = true
+		}
+	}
+	if vacuum {
+		s.vacuumNow(ctx)
+	}
+	for _, j := range batch {
+		if j.err == nil {
+			for _, f := range j.post {
+				s.runHook(f)
+			}
+		}
+		close(j.done)
+	}
+}
+
+// tryBatchSafe is tryBatch with a panic turned into a failed (rolled back) batch.
+func (s *Store) tryBatchSafe(ctx context.Context, batch []*job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ckptd store: panic in write transaction", "panic", r)
+			_, _ = s.ws.rollback.ExecContext(ctx)
+			err = fmt.Errorf("internal error in write transaction: %v", r)
+		}
+	}()
+	return s.tryBatch(ctx, batch)
+}
+
+func (s *Store) runHook(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ckptd store: panic in post-commit hook", "panic", r)
+		}
+	}()
+	f()
+}
+
+func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
+	for _, j := range batch {
+		j.err, j.post, j.vacuum = nil, nil, false
+	}
+	ws := s.ws
+	if _, err := ws.begin.ExecContext(ctx); err != nil {
+		return err
+	}
+	open := true
+	defer func() {
+		if err != nil && open {
+			_, _ = ws.rollback.ExecContext(ctx)
+		}
+	}()
+	// A lone job needs no savepoint: on failure the whole transaction is rolled back instead.
+	single := len(batch) == 1
+	w := &wtx{s: s, conn: s.wconn}
+	for _, j := range batch {
+		if j.save != nil && j.save.err != nil {
+			j.err = j.save.err
+			continue
+		}
+		if j.ctx != nil && j.ctx.Err() != nil {
+			j.err = j.ctx.Err()
+			continue
+		}
+		if !single {
+			if _, err := ws.savepoint.ExecContext(ctx); err != nil {
+				return err
+			}
+		}
+		w.job = j
+		var jerr error
+		if j.save != nil {
+			jerr = s.runSave(ctx, w, j.save)
+		} else {
+			jerr = j.fn(ctx, w)
+		}
+		if jerr != nil {
+			if isUnavailable(jerr) {
+				return jerr // storage trouble: the whole batch fails (or is retried when busy)
+			}
+			j.err = jerr
+			j.post, j.vacuum = nil, false
+			if single {
+				open = false
+				_, err := ws.rollback.ExecContext(ctx)
+				return err
+			}
+			if _, err := ws.rollbackTo.ExecContext(ctx); err != nil {
+				return err
+			}
+		}
+		if !single {
+			if _, err := ws.release.ExecContext(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := ws.commit.ExecContext(ctx); err != nil {
+		return err
+	}
+	open = false
+	return nil
+}
+
+// vacuumNow returns free pages to the file system and checkpoints the WAL so the file shrinks.
+func (s *Store) vacuumNow(ctx context.Context) {
+	if err := s.retry(ctx, func() error {
+		_, err := s.wconn.ExecContext(ctx, "PRAGMA incremental_vacuum")
+		return err
+	}); err != nil {
+		s.log.Warn("ckptd store: incremental_vacuum failed", "err", err)
+		return
+	}
+	if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) {
+		s.log.Warn("ckptd store: WAL checkpoint failed", "err", err)
+	}
+}
+
+// checkpointLoop runs WAL checkpoints off the save path: PASSIVE every interval when something was
+// written, TRUNCATE when the WAL grew past walTruncateSize. It also reclaims free pages left by
+// retention now and then.
+func (s *Store) checkpointLoop() {
+	defer s.bgWG.Done()
+	t := time.NewTicker(s.opts.ckptInterval)
+	defer t.Stop()
+	var seen uint64
+	lastCkpt, lastVacuum := time.Now(), time.Now()
+	ctx := context.Background()
+	for {
+		select {
+		case <-s.stopBG:
+			return
+		case <-t.C:
+		}
+		n := s.writes.Load()
+		// Checkpoint when something was written and either enough piled up or a quiet-ish second
+		// passed: fewer, larger checkpoints compete less with the saves' own fsyncs.
+		if n != seen && (s.walPending.Load() >= walCheckpointBytes || time.Since(lastCkpt) >= 4*s.opts.ckptInterval) {
+			seen = n
+			lastCkpt = time.Now()
+			s.walPending.Store(0)
+			if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) {
+				s.log.Warn("ckptd store: WAL checkpoint failed", "err", err)
+			}
+			if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > walTruncateSize {
+				if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil && !isBusy(err) {
+					s.log.Warn("ckptd store: WAL truncate failed", "err", err)
+				}
+			}
+		}
+		if s.deletes.Load() > 0 && time.Since(lastVacuum) > 10*time.Second {
+			lastVacuum = time.Now()
+			s.deletes.Store(0)
+			s.maybeVacuum()
+		}
+	}
+}
+
+// maybeVacuum runs incremental_vacuum through the writer when many pages are free.
+func (s *Store) maybeVacuum() {
+	var free, total int64
+	if err := s.rdb.QueryRow("PRAGMA freelist_count").Scan(&free); err != nil {
+		return
+	}
+	if err := s.rdb.QueryRow("PRAGMA page_count").Scan(&total); err != nil {
+		return
+	}
+	if free < 256 || free*4 < total {
+		return
+	}
+	_ = s.do(context.Background(), func(ctx context.Context, w *wtx) error {
+		_, err := w.exec(ctx, "PRAGMA incremental_vacuum")
+		return err
+	})
+}
+
+func (s *Store) idleLoop() {
+	defer s.bgWG.Done()
+	t := time.NewTicker(s.opts.idleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopBG:
+			return
+		case <-t.C:
+		}
+		if _, err := s.ExpireIdle(context.Background()); err != nil && !errors.Is(err, store.ErrClosed) {
+			s.log.Warn("ckptd store: idle expiry failed", "err", err)
+		}
+	}
+}
