@@ -285,8 +285,7 @@ func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, re
 	if r.hasAttachment {
 		s.codec.AttachToReply(req.ID, r.attachment)
 	}
-	raw := json.RawMessage(b)
-	if err := conn.SendResponse(ctx, &jsonrpc2.Response{ID: req.ID, Result: &raw}); err != nil {
+	if err := conn.SendResponse(ctx, &jsonrpc2.Response{ID: req.ID, Result: s.codec.Result(req.ID, b)}); err != nil {
 		s.log.Debug("reply not sent", "method", req.Method, "error", err)
 	}
 }

@@ -116,9 +116,10 @@ func TestBadInputFramingAndEnvelope(t *testing.T) {
 		{"invalid JSON", frame(`{"jsonrpc":"2.0","id":1,"method":`), -32700, "null", "invalid JSON"},
 		{"trailing garbage", frame(`{"jsonrpc":"2.0","id":1,"method":"stats"} x`), -32700, "null", "invalid JSON"},
 		{"empty body", frame(``), -32700, "null", "parse error"},
-		{"invalid UTF-8 in a string", frame("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"checkpoint/save\",\"params\":{\"workflowId\":\"w\xff\"}}"), -32700, "null", "UTF-8"},
+		{"invalid UTF-8 in a string: answered with the id", frame("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"checkpoint/save\",\"params\":{\"workflowId\":\"w\xff\"}}"), -32700, "2", "UTF-8"},
 		{"invalid UTF-8 outside strings", frame("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"stats\"}\xc3"), -32700, "null", "UTF-8"},
-		{"nesting deeper than 10000", frame(deep(10001)), -32700, "null", "parse error"},
+		{"nesting deeper than 10000: answered with the request's id", frame(deep(10001)), -32700, `"deep"`, "exceeded max depth"},
+		{"nesting of 100000 inside params: answered with the request's id", frame(deep(100000)), -32700, `"deep"`, "exceeded max depth"},
 		{"nesting of 10000 is fine", frame(deep(9998)), 0, `"deep"`, ""},
 		// valid JSON that is not JSON-RPC
 		{"object without jsonrpc", frame(`{"hello":"world"}`), -32600, "null", "jsonrpc"},
