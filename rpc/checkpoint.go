@@ -199,9 +199,13 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
+	if ctx.Err() != nil { // cancelled during the scan: nothing was queued (the server answers -32800)
+		return reply{}, rpcError(CodeRequestCancelled, "request cancelled", nil)
+	}
 	pending := s.store.Enqueue(req)
 	c.release() // queued in order: the next mutation may go ahead
-	res, err := pending.Wait(ctx)
+	// Queued: committed whatever happens to the request or the client from here on.
+	res, err := pending.Wait(context.WithoutCancel(ctx))
 	if err != nil {
 		s.metrics.failures.Add(1)
 		if errors.Is(err, store.ErrConflict) {

@@ -176,6 +176,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		MaxStateBytes:    maxBytes,
 		DefaultRetention: retention,
 		Logger:           log,
+		// The soft memory limit follows the bytes in flight unless the user set one.
+		ManageMemory: e.getenv("GOMEMLIMIT") == "",
 	})
 	stdout, _ := e.stdout.(io.Closer)
 	growPipes(log, e.stdin, stdout)
