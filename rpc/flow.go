@@ -18,8 +18,10 @@ import (
 // Memory: after a burst (more than freeAfterAlloc bytes allocated since the heap was last
 // returned) the heap is collected and returned to the operating system once the connection has
 // been idle for freeIdle. With Options.ManageMemory the Go runtime's soft memory limit also
-// follows the bytes in flight (memBase + memPerByte × bytes), so the heap does not grow to
-// several times what the requests in flight need (serve runs with GOGC=400).
+// follows what the heap needs: the live heap that is not requests in flight (caches, say), plus
+// memBase of headroom, plus memPerByte × the bytes in flight. serve runs with GOGC=400 (fewer
+// collections while states of a few hundred KiB stream through); without the limit a burst lets
+// the heap grow to five times its live size, which a burst of large states has time to do.
 
 const (
 	// DefaultMaxInFlight and DefaultMaxInFlightBytes are the bounds used when Options leave them 0.
@@ -29,9 +31,9 @@ const (
 	freeAfterAlloc = 16 << 20
 	freeIdle       = 100 * time.Millisecond
 
-	memBase    = 24 << 20
-	memPerByte = 3
-	memStep    = 4 << 20 // the limit is updated when the bytes in flight moved this much
+	memBase    = 16 << 20
+	memPerByte = 2
+	memStep    = 4 << 20 // the limit is updated when it would move this much
 )
 
 type flow struct {
@@ -43,12 +45,17 @@ type flow struct {
 	reqs      int
 	bytes     int64
 	room      chan struct{} // closed (and replaced) whenever something is released
-	limitFor  int64         // the bytes in flight the memory limit was last set for
+	limit     int64         // the soft memory limit last set (ManageMemory)
 	idle      *time.Timer
 	allocBase uint64 // heap bytes allocated when memory was last returned
 	frees     int    // times memory was returned (for tests and logs)
 	sample    []rtmetrics.Sample
 }
+
+const (
+	sampleAllocs = iota // /gc/heap/allocs:bytes
+	sampleLive          // /gc/heap/live:bytes
+)
 
 func newFlow(maxReqs int, maxBytes int64, manage bool) *flow {
 	if maxReqs <= 0 {
@@ -58,7 +65,7 @@ func newFlow(maxReqs int, maxBytes int64, manage bool) *flow {
 		maxBytes = DefaultMaxInFlightBytes
 	}
 	f := &flow{maxReqs: maxReqs, maxBytes: maxBytes, manage: manage, room: make(chan struct{}),
-		sample: []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}}, limitFor: -1}
+		sample: []rtmetrics.Sample{sampleAllocs: {Name: "/gc/heap/allocs:bytes"}, sampleLive: {Name: "/gc/heap/live:bytes"}}}
 	f.allocBase = f.allocs()
 	if manage {
 		f.setLimitLocked()
@@ -66,12 +73,17 @@ func newFlow(maxReqs int, maxBytes int64, manage bool) *flow {
 	return f
 }
 
+// allocs reads the runtime's metrics and returns the heap bytes allocated so far.
 func (f *flow) allocs() uint64 {
 	rtmetrics.Read(f.sample)
-	if f.sample[0].Value.Kind() != rtmetrics.KindUint64 {
+	return f.uint(sampleAllocs)
+}
+
+func (f *flow) uint(i int) uint64 {
+	if f.sample[i].Value.Kind() != rtmetrics.KindUint64 {
 		return 0
 	}
-	return f.sample[0].Value.Uint64()
+	return f.sample[i].Value.Uint64()
 }
 
 // acquire counts a request of n bytes as in flight. It never blocks.
@@ -141,13 +153,16 @@ func (f *flow) freeIfIdle() {
 	f.mu.Unlock()
 }
 
-// setLimitLocked moves the soft memory limit with the bytes in flight.
+// setLimitLocked moves the soft memory limit with the live heap and the bytes in flight.
 func (f *flow) setLimitLocked() {
-	if f.limitFor >= 0 && f.bytes > f.limitFor-memStep && f.bytes < f.limitFor+memStep {
+	rtmetrics.Read(f.sample)
+	rest := max(0, int64(f.uint(sampleLive))-f.bytes) // live heap besides the requests
+	limit := memBase + rest + memPerByte*f.bytes
+	if f.limit > 0 && limit > f.limit-memStep && limit < f.limit+memStep {
 		return
 	}
-	f.limitFor = f.bytes
-	debug.SetMemoryLimit(memBase + memPerByte*f.bytes)
+	f.limit = limit
+	debug.SetMemoryLimit(limit)
 }
 
 // inFlight returns the requests and bytes in flight.

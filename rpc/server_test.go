@@ -406,3 +406,38 @@ func TestOrderer(t *testing.T) {
 	finished.Wait()
 	require.Eventually(t, func() bool { return ready(dr2, doneOf) }, 5*time.Second, time.Millisecond)
 }
+
+// TestFlowReturnsMemoryAfterBurst: once a burst is over and the connection has been idle for a
+// moment, the heap is returned to the operating system; not after a request that allocated
+// little, and not while requests keep coming.
+func TestFlowReturnsMemoryAfterBurst(t *testing.T) {
+	f := newFlow(4, 1<<20, false)
+	frees := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.frees
+	}
+	burst := func() {
+		f.acquire(0)
+		var sink [][]byte
+		for range 40 {
+			sink = append(sink, make([]byte, 1<<20))
+		}
+		_ = sink
+		f.release(0)
+	}
+	burst()
+	require.Eventually(t, func() bool { return frees() == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	f.acquire(0)
+	f.release(0)
+	time.Sleep(3 * freeIdle)
+	assert.Equal(t, 1, frees(), "nothing to return after a small request")
+
+	burst()
+	f.acquire(0) // a request arrives before the connection is idle for freeIdle
+	time.Sleep(3 * freeIdle)
+	assert.Equal(t, 1, frees(), "not while a request is in flight")
+	f.release(0)
+	require.Eventually(t, func() bool { return frees() == 2 }, 5*time.Second, 5*time.Millisecond)
+}

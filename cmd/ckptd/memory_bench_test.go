@@ -26,7 +26,8 @@ import (
 //
 //	go test ./cmd/ckptd -run '^$' -bench 'Memory' -benchtime=1x
 //
-// Reported metrics (MB = 2^20 bytes): peak-MB is the kernel's high-water mark (VmHWM) of the
+// CKPTD_BENCH_BIN runs them against another ckptd build (a baseline). Reported metrics (MB = 2^20
+// bytes): peak-MB is the kernel's high-water mark (VmHWM) of the
 // daemon over the whole run, stalled-MB its RSS when the client's writes stopped making
 // progress because it was not reading replies (backpressure), after-MB its RSS 2 s after the
 // last reply, base-MB its RSS after initialize. Targets: peak and after ≤ 64 MB for 20,000
@@ -43,7 +44,11 @@ type memDaemon struct {
 func startMemDaemon(tb testing.TB, args ...string) *memDaemon {
 	tb.Helper()
 	db := filepath.Join(tb.TempDir(), "mem.db")
-	cmd := exec.Command(binPath, append([]string{"--db", db}, args...)...)
+	bin := binPath
+	if b := os.Getenv("CKPTD_BENCH_BIN"); b != "" {
+		bin = b // another build, e.g. the baseline to compare with
+	}
+	cmd := exec.Command(bin, append([]string{"--db", db}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
