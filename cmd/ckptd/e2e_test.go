@@ -93,7 +93,11 @@ func startDaemonB(b *testing.B, db string, args ...string) *daemon {
 }
 
 func startDaemonTB(t testing.TB, db string, args ...string) *daemon {
-	cmd := exec.Command(binPath, append([]string{"--db", db}, args...)...)
+	bin := binPath
+	if _, bench := t.(*testing.B); bench && os.Getenv("CKPTD_BENCH_BIN") != "" {
+		bin = os.Getenv("CKPTD_BENCH_BIN") // benchmarks of another build (a baseline)
+	}
+	cmd := exec.Command(bin, append([]string{"--db", db}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
