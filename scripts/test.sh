@@ -22,6 +22,16 @@ go test -race -count=1 ./...
 echo "== storage conformance suite, per backend (store/storetest)"
 go test -count=1 -run '^TestConformance$' -v ./store/... | grep -E 'storetest: [0-9]+ cases'
 
+# Every fuzz target runs for a bounded time (CKPTD_FUZZTIME, default 10s each; the first run also
+# builds the instrumented packages, a few minutes with SQLite). A failure leaves the failing input
+# in the package's testdata/fuzz/ for `go test -run` to replay. Minimisation is one attempt: with
+# the default 60 s per new input, a target whose coverage varies a little from run to run
+# (FuzzArchive) spends its whole budget minimising instead of fuzzing.
+echo "== go fuzz (${CKPTD_FUZZTIME:-10s} per target)"
+for target in ./framing:FuzzReader ./rpc:FuzzCodec ./rpc:FuzzJSONValid ./rpc:FuzzParams ./rpc:FuzzStrictKeys ./cmd/ckptd:FuzzArchive; do
+  go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "${CKPTD_FUZZTIME:-10s}" -fuzzminimizetime 1x "${target%%:*}"
+done
+
 if [ -d clients/python/tests ]; then
   echo "== python client"
   # A hung test fails after 240 s instead of stalling the run (pytest-timeout, optional locally).
