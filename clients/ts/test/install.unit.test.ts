@@ -58,3 +58,18 @@ describe("protocol version", () => {
     assert.match(warnings[0]!.message, new RegExp(`protocol version ${PROTOCOL_VERSION + 1}; this client knows version ${PROTOCOL_VERSION}`));
   });
 });
+
+describe("CommonJS", () => {
+  it("require() gives the same API as import, for ckptd and ckptd/langgraph", async () => {
+    const { createRequire } = await import("node:module");
+    const require = createRequire(import.meta.url);
+    const cjs = require("ckptd") as Record<string, unknown>;
+    const esm = (await import("ckptd")) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(cjs).sort(), Object.keys(esm).sort());
+    assert.equal(typeof cjs["Client"], "function");
+    assert.match(require.resolve("ckptd"), /dist[\\/]cjs[\\/]index\.js$/);
+    const lg = require("ckptd/langgraph") as Record<string, unknown>;
+    assert.equal(typeof lg["CkptdSaver"], "function");
+    assert.match(require.resolve("ckptd/langgraph"), /dist[\\/]cjs[\\/]langgraph\.js$/);
+  });
+});
