@@ -104,7 +104,7 @@ def dist_files(dist: Path) -> Dict[str, Path]:
 
 
 def wheel_for(dist: Path, target: str) -> Path:
-    plat = {"linux-amd64": "x86_64", "linux-arm64": "aarch64", "darwin-amd64": "macosx_12_0_x86_64",
+    plat = {"linux-amd64": "manylinux_2_17_x86_64", "linux-arm64": "manylinux_2_17_aarch64", "darwin-amd64": "macosx_12_0_x86_64",
             "darwin-arm64": "macosx_12_0_arm64", "windows-amd64": "win_amd64"}[target]
     found = [w for w in (dist / "python").glob("*.whl") if plat in w.name]
     assert len(found) == 1, (target, found)
