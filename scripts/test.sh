@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the project: Go (with the race detector), the Python client, the TypeScript
-# client. Needs Go, Python 3.9+ with pytest, and Node 20+ with npm; installs nothing system-wide
-# (npm packages go to clients/ts/node_modules, the ckptd binary to ./bin).
+# client, then the release artifacts (scripts/dist.sh into ./dist, checked by tests/) and the
+# READMEs' commands. Needs Go, Python 3.9+ with pytest, and Node 20+ with npm; the release tests
+# also use build, hatchling, twine, check-wheel-contents, packaging, qemu-user-static and file
+# (.ci/run installs them). Installs nothing system-wide (npm packages go to clients/ts/node_modules,
+# the ckptd binary to ./bin, the artifacts to ./dist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -38,12 +41,17 @@ if [ -d clients/python/tests ]; then
   extra=""
   python3 -c 'import pytest_timeout' 2>/dev/null && extra="$extra --timeout 240"
   (cd clients/python && python3 -m pytest -q tests $extra)
-  echo "== python client installs (online and offline wheel)"
-  bash clients/python/scripts/check_install.sh
 fi
 
 if [ -f clients/ts/package.json ]; then
   echo "== typescript client"
   (cd clients/ts && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && npm test)
+fi
+if [ -d tests ]; then
+  echo "== release artifacts (scripts/dist.sh, then tests/) and the READMEs' commands"
+  ./scripts/dist.sh -o "$root/dist"
+  extra=""
+  python3 -c 'import pytest_timeout' 2>/dev/null && extra="--timeout 2400"
+  CKPTD_DIST_DIR="$root/dist" python3 -m pytest -q -p no:cacheprovider tests $extra
 fi
 echo "== all tests passed"

@@ -166,10 +166,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	log.Info("serving", "db", path, "durability", g.durability, "version", version)
-	if f, ok := e.stdin.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			log.Warn("stdin is a terminal: ckptd serve is a sidecar that reads JSON-RPC frames (docs/protocol.md); press Ctrl-D to stop, or run 'ckptd help' for the inspection commands")
-		}
+	if f, ok := e.stdin.(*os.File); ok && isTerminalFile(f) { // a terminal, not just any character device (/dev/null)
+		log.Warn("stdin is a terminal: ckptd serve is a sidecar that reads JSON-RPC frames (docs/protocol.md); press Ctrl-D to stop, or run 'ckptd help' for the inspection commands")
 	}
 	srv := rpc.New(st, rpc.Options{
 		Version:          version,

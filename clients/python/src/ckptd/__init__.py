@@ -6,7 +6,17 @@ protocol (docs/protocol.md) over stdin/stdout; states travel as raw frame attach
 
 from __future__ import annotations
 
-from ._common import DEFAULT_RETRYABLE, NO_STATE, Checkpoint, CompensationAction, ResumePlan, __version__, find_binary
+from ._common import (
+    DEFAULT_RETRYABLE,
+    NO_STATE,
+    PROTOCOL_VERSION,
+    Checkpoint,
+    CompensationAction,
+    ProtocolVersionWarning,
+    ResumePlan,
+    __version__,
+    find_binary,
+)
 from .aio import AsyncClient, AsyncStep, AsyncWorkflow
 from .client import Client
 from .errors import (
@@ -47,6 +57,8 @@ __all__ = [
     "NO_STATE",
     "DEFAULT_RETRYABLE",
     "find_binary",
+    "PROTOCOL_VERSION",
+    "ProtocolVersionWarning",
     "CkptdError",
     "ProtocolError",
     "MethodNotFound",
