@@ -47,6 +47,7 @@ type Server struct {
 	mu           sync.Mutex
 	conn         *jsonrpc2.Conn
 	events       map[string]bool
+	feed         feedState // other processes' events (rpc/feed.go)
 	closing      bool
 	lastMutation chan struct{} // closed once the previous mutation is queued in the store
 	lastDone     chan struct{} // closed once the previous mutation has finished (read-your-writes)
