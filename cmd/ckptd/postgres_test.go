@@ -196,7 +196,7 @@ func TestPostgresDaemon(t *testing.T) {
 	cmd.Env = append(os.Environ(), "CKPTD_DB="+u)
 	b := startDaemonCmd(t, cmd)
 	for _, arg := range cmd.Args {
-		assert.NotContains(t, arg, "postgres")
+		assert.NotContains(t, arg, "postgres://")
 	}
 	var loaded struct {
 		CheckpointID string          `json:"checkpointId"`

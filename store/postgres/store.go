@@ -51,6 +51,7 @@ var validSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,56}$`)
 
 const (
 	giveUpAfter    = 30 * time.Second // retry budget of a batch or read, then store.ErrUnavailable
+	openGiveUp     = 10 * time.Second // and of Open: a server that is not there at start-up is reported soon
 	maxBatchJobs   = 128
 	maxBatchBytes  = 32 << 20
 	poolSize       = 8
@@ -217,6 +218,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 // setUp checks the server, migrates the schema and looks at what maintenance may use.
 func (s *Store) setUp(ctx context.Context) error {
+	giveUp := s.opts.giveUp
+	s.opts.giveUp = min(giveUp, openGiveUp)
+	defer func() { s.opts.giveUp = giveUp }()
 	target := SchemaVersion
 	if s.opts.maxSchema > 0 {
 		target = s.opts.maxSchema
