@@ -59,18 +59,61 @@ func optionalJSON(field string, raw json.RawMessage, want byte) (json.RawMessage
 	return nil, invalidParams(field, "must be an object")
 }
 
-// saveRequest validates checkpoint/save params and the frame's attachment.
-func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
-	var p protocol.SaveParams
+// Bounds of checkpoint/save's params besides the state (docs/protocol.md, "Limits"): every field
+// is bounded so that no request can make the daemon hold more than a small multiple of its
+// frame.
+const (
+	maxNamespaceBytes    = 512
+	maxStepNameBytes     = 1 << 10
+	maxWorkflowHashBytes = 1 << 10
+	maxErrorMessageBytes = 64 << 10
+	maxMetadataBytes     = 1 << 20
+	maxTasksBytes        = 16 << 20
+)
+
+// skipJSON records that a param was present without decoding or copying it: the handler takes
+// the raw bytes from the params (topMembers) instead, so a large state is not copied.
+type skipJSON struct{ present bool }
+
+func (s *skipJSON) UnmarshalJSON([]byte) error { s.present = true; return nil }
+
+// maxLen refuses a string or raw JSON param longer than max bytes.
+func maxLen(field string, n, max int) *jsonrpc2.Error {
+	if n > max {
+		return invalidParams(field, fmt.Sprintf("%d bytes, longer than the %d allowed", n, max))
+	}
+	return nil
+}
+
+// saveRequest validates checkpoint/save params and the frame's attachment; validation is the
+// save's validation param (rpc/compensation.go), if any.
+func (s *Server) saveRequest(c *call) (req store.SaveRequest, validation *engine.ValidationInput, perr *jsonrpc2.Error) {
+	req, perr = s.saveParams(c, &validation)
+	return req, validation, perr
+}
+
+func (s *Server) saveParams(c *call, validation **engine.ValidationInput) (store.SaveRequest, *jsonrpc2.Error) {
+	// state and stateBase64 are not decoded into the struct (that would copy a state of up to
+	// --max-state-size): the raw values are sub-slices of the frame body.
+	var p struct {
+		protocol.SaveParams
+		State       skipJSON `json:"state"`
+		StateBase64 skipJSON `json:"stateBase64"`
+	}
 	if err := decodeParams(c.params, &p); err != nil {
 		return store.SaveRequest{}, err
 	}
+	raw := topMembers(c.params, "state", "stateBase64", "checkpointId")
 	if p.WorkflowID == nil {
 		return store.SaveRequest{}, invalidParams("workflowId", "required")
 	}
 	c.sources = p.Sources
 	if err := requireID("workflowId", *p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return store.SaveRequest{}, err
+	}
+	var verr *jsonrpc2.Error
+	if *validation, verr = validationInput(p.Validation); verr != nil {
+		return store.SaveRequest{}, verr
 	}
 	req := store.SaveRequest{
 		WorkflowID:   *p.WorkflowID,
@@ -81,8 +124,32 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 		StepName:     p.StepName,
 		WorkflowHash: p.WorkflowHash,
 	}
-	if p.CheckpointID != "" {
+	if p.CheckpointID != "" || bytes.Equal(raw["checkpointId"], []byte(`""`)) {
 		if err := requireID("checkpointId", p.CheckpointID, maxCheckpointIDBytes); err != nil {
+			if p.CheckpointID == "" {
+				return req, invalidParams("checkpointId", "must not be empty (leave it out to get a new id)")
+			}
+			return req, err
+		}
+	}
+	for _, b := range []struct {
+		field  string
+		n, max int
+	}{
+		{"namespace", len(p.Namespace), maxNamespaceBytes},
+		{"parentId", len(p.ParentID), maxCheckpointIDBytes},
+		{"stepName", len(p.StepName), maxStepNameBytes},
+		{"workflowHash", len(p.WorkflowHash), maxWorkflowHashBytes},
+		{"metadata", len(p.Metadata), maxMetadataBytes},
+		{"completedTasks", len(p.CompletedTasks), maxTasksBytes},
+		{"pendingTasks", len(p.PendingTasks), maxTasksBytes},
+	} {
+		if err := maxLen(b.field, b.n, b.max); err != nil {
+			return req, err
+		}
+	}
+	if p.Error != nil {
+		if err := maxLen("error.message", len(p.Error.Message), maxErrorMessageBytes); err != nil {
 			return req, err
 		}
 	}
@@ -111,12 +178,27 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 	if req.Metadata, err = optionalJSON("metadata", p.Metadata, '{'); err != nil {
 		return req, err
 	}
-
+	switch p.StateType {
+	case "", "json", "bytes":
+	default:
+		return req, invalidParams("stateType", fmt.Sprintf("%q is not json or bytes", p.StateType))
+	}
+	var stateRaw json.RawMessage
+	if p.State.present {
+		stateRaw = raw["state"]
+	}
+	var stateB64 []byte // the JSON string, quotes included
+	if b := raw["stateBase64"]; p.StateBase64.present && jsonKind(b) != 0 {
+		if b[0] != '"' {
+			return req, invalidParams("stateBase64", "expected string, got JSON "+jsonTypeName(b))
+		}
+		stateB64 = b
+	}
 	sources := 0
-	if p.State != nil {
+	if stateRaw != nil {
 		sources++
 	}
-	if p.StateBase64 != nil {
+	if stateB64 != nil {
 		sources++
 	}
 	if p.StateAttachment {
@@ -155,15 +237,13 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 			}
 		case "bytes":
 			req.StateType = store.StateBytes
-		default:
-			return req, invalidParams("stateType", fmt.Sprintf("%q is not json or bytes", p.StateType))
 		}
-	case p.State != nil:
-		req.State, req.StateType = p.State, store.StateJSON
-	case p.StateBase64 != nil:
-		b, derr := base64.StdEncoding.DecodeString(*p.StateBase64)
-		if derr != nil {
-			return req, invalidParams("stateBase64", "not valid standard base64: "+derr.Error())
+	case stateRaw != nil:
+		req.State, req.StateType = stateRaw, store.StateJSON
+	case stateB64 != nil:
+		b, perr := decodeBase64String(stateB64)
+		if perr != nil {
+			return req, perr
 		}
 		req.State, req.StateType = b, store.StateBytes
 	default:
@@ -176,13 +256,47 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 	return req, nil
 }
 
+// decodeBase64String decodes the JSON string raw (quotes included) holding standard base64 into
+// one new buffer: straight from the frame's bytes, without the intermediate Go string.
+func decodeBase64String(raw []byte) ([]byte, *jsonrpc2.Error) {
+	enc := raw[1 : len(raw)-1]
+	if bytes.IndexByte(enc, '\\') >= 0 { // escaped characters (never needed in base64): decode the string first
+		var str string
+		if err := json.Unmarshal(raw, &str); err != nil {
+			return nil, invalidParams("stateBase64", "expected string: "+err.Error())
+		}
+		enc = []byte(str)
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
+	n, err := base64.StdEncoding.Decode(out, enc)
+	if err != nil {
+		return nil, invalidParams("stateBase64", "not valid standard base64: "+err.Error())
+	}
+	return out[:n], nil
+}
+
+// jsonTypeName names the JSON type of a raw value, for errors.
+func jsonTypeName(raw []byte) string {
+	switch jsonKind(raw) {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
+}
+
 // concurrentCheckMin is the smallest JSON attachment validated concurrently with the write
 // (store.SaveRequest.Check) rather than before it.
 const concurrentCheckMin = 32 << 10
 
 func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	start := time.Now()
-	req, perr := s.saveRequest(c)
+	req, validation, perr := s.saveRequest(c)
 	if perr != nil {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
@@ -195,14 +309,15 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
-	res, sourcesInfo, err := s.engine.Save(ctx, req, sources, c.release)
+	saved, err := s.engine.SaveStep(ctx, req, sources, validation, c.release)
 	if err != nil {
 		s.metrics.failures.Add(1)
 		if errors.Is(err, store.ErrConflict) {
 			return reply{}, rpcError(protocol.CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
 		}
-		return reply{}, engineError(err)
+		return reply{}, sagaError(err)
 	}
+	res := saved.Result
 	s.metrics.saves.Add(1)
 	s.metrics.bytesIn.Add(int64(len(req.State)))
 	if res.Deduplicated {
@@ -223,7 +338,8 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		StoredBytes:  res.StoredBytes,
 		SHA256:       res.SHA256,
 		Deduplicated: res.Deduplicated,
-		Sources:      sourcesInfo,
+		Sources:      saved.Sources,
+		Validation:   saved.Validation,
 	}}, nil
 }
 
@@ -320,9 +436,13 @@ func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	f := store.ListFilter{WorkflowID: p.WorkflowID, Namespace: p.Namespace, Phase: store.Phase(p.Phase), Metadata: p.Metadata, Before: p.Before, Limit: defaultListLimit}
+	f := store.ListFilter{WorkflowID: p.WorkflowID, Namespace: p.Namespace, Phase: store.Phase(p.Phase), Metadata: p.Metadata, Before: p.Before, Limit: defaultListLimit,
+		Validation: p.Validation}
 	if p.Phase != "" && !f.Phase.Valid() {
 		return reply{}, invalidParams("phase", fmt.Sprintf("%q is not one of before_step, completed, failed, interrupted", p.Phase))
+	}
+	if p.Validation != "" && !store.ValidationStatusValid(p.Validation) {
+		return reply{}, invalidParams("validation", fmt.Sprintf("%q is not one of passed, warning, failed", p.Validation))
 	}
 	if p.Limit != nil {
 		if *p.Limit < 1 || *p.Limit > maxListLimit {

@@ -12,9 +12,6 @@ import (
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
-
 // Exit codes shared by every subcommand.
 const (
 	exitOK      = 0
@@ -49,6 +46,7 @@ func commands() []command {
 		{"threads", "list LangGraph threads, or one thread's checkpoints", runThreads},
 		{"show", "show one checkpoint (and verify it); --state prints its state", runShow},
 		{"plan", "show what resume/plan answers for a workflow, with every problem", runPlan},
+		{"rollback", "show a workflow's rollback and its progress (never runs an action)", runRollback},
 		{"drift", "show which source files changed since a workflow's checkpoint", runDrift},
 		{"prune", "delete old checkpoints (--keep-last, --older-than)", runPrune},
 		{"rm", "delete checkpoints, a whole workflow or a LangGraph thread", runRm},
@@ -56,10 +54,7 @@ func commands() []command {
 		{"export", "write a workflow to a portable archive", runExport},
 		{"import", "read a workflow from an archive", runImport},
 		{"stats", "database size, counts and largest workflows", runStats},
-		{"version", "print the version", func(_ context.Context, e *env, _ []string) error {
-			fmt.Fprintf(e.stdout, "ckptd %s\n", version)
-			return nil
-		}},
+		{"version", "print the version, commit and Go version (also: ckptd --version)", runVersion},
 	}
 }
 
@@ -75,6 +70,9 @@ func run(ctx context.Context, e *env, args []string) int {
 	name, rest := "serve", args
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, rest = args[0], args[1:]
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		name, rest = "version", nil
 	}
 	if name == "help" {
 		printUsage(e.stdout)

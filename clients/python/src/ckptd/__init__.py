@@ -6,7 +6,17 @@ protocol (docs/protocol.md) over stdin/stdout; states travel as raw frame attach
 
 from __future__ import annotations
 
-from ._common import DEFAULT_RETRYABLE, NO_STATE, Checkpoint, ResumePlan, __version__, find_binary
+from ._common import (
+    DEFAULT_RETRYABLE,
+    NO_STATE,
+    PROTOCOL_VERSION,
+    Checkpoint,
+    CompensationAction,
+    ProtocolVersionWarning,
+    ResumePlan,
+    __version__,
+    find_binary,
+)
 from .aio import AsyncClient, AsyncStep, AsyncWorkflow
 from .client import Client
 from .errors import (
@@ -30,7 +40,7 @@ from .errors import (
     TooLarge,
     WrongEventLoop,
 )
-from .workflow import Step, Workflow
+from .workflow import RollbackFailed, Step, Workflow
 
 __all__ = [
     "__version__",
@@ -42,9 +52,13 @@ __all__ = [
     "AsyncStep",
     "Checkpoint",
     "ResumePlan",
+    "CompensationAction",
+    "RollbackFailed",
     "NO_STATE",
     "DEFAULT_RETRYABLE",
     "find_binary",
+    "PROTOCOL_VERSION",
+    "ProtocolVersionWarning",
     "CkptdError",
     "ProtocolError",
     "MethodNotFound",

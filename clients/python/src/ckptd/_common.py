@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import shutil
 import signal
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BinaryNotFound, InvalidParams, TooLarge
@@ -68,12 +70,33 @@ def _describe_missing(path: str) -> str:
     return "is not usable"
 
 
+def packaged_binary() -> str:
+    """Where a platform wheel puts the ckptd binary: ``ckptd/bin/ckptd`` (``ckptd.exe`` on
+    Windows) inside this package. The file is absent in a client-only install."""
+    name = BINARY_NAME + (".exe" if os.name == "nt" else "")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name)
+
+
+def _is_ckptd_command(path: str) -> bool:
+    """True for the ``ckptd`` console script pip installs with this package (a small launcher that
+    runs the packaged binary), which must not be taken for the binary itself."""
+    try:
+        if os.path.getsize(path) > (1 << 20):  # the real binary is ~10 MB
+            return False
+        with open(path, "rb") as f:
+            return b"ckptd.__main__" in f.read()
+    except OSError:
+        return False
+
+
 def find_binary(binary: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> str:
     """Returns the path of the ckptd executable to run.
 
     Looks at, in order: the ``binary`` argument (a path, or a name searched on ``PATH``), the
-    ``CKPTD_PATH`` environment variable, and ``ckptd`` on ``PATH``. Raises :class:`BinaryNotFound`
-    naming every place it looked (and why each did not do) when none gives an executable file.
+    ``CKPTD_PATH`` environment variable, the binary shipped inside this package (platform
+    wheels), and ``ckptd`` on ``PATH``. Raises :class:`BinaryNotFound` naming every place it
+    looked (and why each did not do) when none gives an executable file. A given ``binary`` or a
+    set ``CKPTD_PATH`` that does not work is an error, never a silent fallback to another build.
     """
     environ = os.environ if env is None else env
     searched: List[str] = []
@@ -90,11 +113,12 @@ def find_binary(binary: Optional[str] = None, env: Optional[Mapping[str, str]] =
             if found:
                 return found
             searched.append("binary=%r argument: no executable of that name on PATH (%s)" % (binary, path_var))
-        # An explicit binary that does not exist is an error: no silent fallback to another build.
         raise BinaryNotFound(_not_found_message(searched), searched)
 
     searched.append("binary= argument: not given")
+    # A set but unusable CKPTD_PATH is an error: the later places are listed, not used.
     env_value = environ.get(ENV_BINARY)
+    unused = ""
     if env_value:
         if _is_executable_file(env_value):
             return os.path.abspath(env_value)
@@ -103,17 +127,36 @@ def find_binary(binary: Optional[str] = None, env: Optional[Mapping[str, str]] =
             if found:
                 return found
         searched.append("$%s=%r: %s" % (ENV_BINARY, env_value, _describe_missing(env_value)))
+        unused = ", not used because $%s is set (fix or unset it)" % ENV_BINARY
     else:
         searched.append("$%s: not set" % ENV_BINARY)
 
-    found = shutil.which(BINARY_NAME, path=path_var)
-    if found:
-        if env_value:
-            # CKPTD_PATH was set but unusable: fail rather than run a different build.
-            searched.append("$PATH: found %s, not used because $%s is set" % (found, ENV_BINARY))
-            raise BinaryNotFound(_not_found_message(searched), searched)
-        return found
-    searched.append("$PATH (%s): no executable named %r" % (path_var, BINARY_NAME))
+    shipped = packaged_binary()
+    if _is_executable_file(shipped):
+        if not unused:
+            return shipped
+        searched.append("binary shipped with the package: found %s%s" % (shipped, unused))
+    elif os.path.exists(shipped):
+        searched.append("binary shipped with the package (%s): %s" % (shipped, _describe_missing(shipped)))
+    else:
+        searched.append("binary shipped with the package (%s): absent, this install of the client "
+                        "has no binary (a client-only or source build)" % shipped)
+
+    skipped = []
+    for d in path_var.split(os.pathsep):
+        found = shutil.which(BINARY_NAME, path=d) if d else None
+        if not found:
+            continue
+        if _is_ckptd_command(found):
+            skipped.append(found)
+            continue
+        if not unused:
+            return found
+        searched.append("$PATH: found %s%s" % (found, unused))
+        break
+    else:
+        note = "; skipped %s (the pip package's launcher, not the binary)" % ", ".join(skipped) if skipped else ""
+        searched.append("$PATH (%s): no executable named %r%s" % (path_var, BINARY_NAME, note))
     raise BinaryNotFound(_not_found_message(searched), searched)
 
 
@@ -121,8 +164,9 @@ def _not_found_message(searched: Sequence[str]) -> str:
     lines = ["ckptd executable not found. Looked at:"]
     lines.extend("  - " + s for s in searched)
     lines.append(
-        "Build it with `go build -o bin/ckptd ./cmd/ckptd` in the ckptd repository, then pass "
-        "binary=PATH, set $CKPTD_PATH, or put it on $PATH."
+        "Install a platform wheel, which carries the binary (pip install ckptd: Linux, macOS and "
+        "Windows on x86-64, Linux and macOS on arm64), or build it with `go build -o bin/ckptd "
+        "./cmd/ckptd` in the ckptd repository and pass binary=PATH, set $CKPTD_PATH, or put it on $PATH."
     )
     return "\n".join(lines)
 
@@ -134,6 +178,29 @@ ENV_DB = "CKPTD_DB"
 def is_db_url(db: Optional[Union[str, "os.PathLike[str]"]]) -> bool:
     """Whether ``db`` names a PostgreSQL database (``postgres://`` or ``postgresql://``)."""
     return isinstance(db, str) and db[:13].lower().startswith(("postgres://", "postgresql://"))
+
+
+#: The newest protocolVersion this client knows (docs/protocol.md).
+PROTOCOL_VERSION = 1
+
+
+class ProtocolVersionWarning(RuntimeWarning):
+    """The daemon speaks a newer protocol version than this client knows."""
+
+
+def check_protocol_version(result: Any) -> None:
+    """Warns (once per daemon version, through :mod:`warnings`) when ``initialize`` reports a
+    protocolVersion newer than this client knows: what it knows still works, newer features may
+    not be reachable from it."""
+    v = result.get("protocolVersion") if isinstance(result, dict) else None
+    if isinstance(v, int) and not isinstance(v, bool) and v > PROTOCOL_VERSION:
+        warnings.warn(
+            "ckptd %s speaks protocol version %d; this client (ckptd-python %s) knows version %d. "
+            "It keeps working; upgrade the client (pip install -U ckptd) to use what is new."
+            % (result.get("serverVersion", "?"), v, __version__, PROTOCOL_VERSION),
+            ProtocolVersionWarning,
+            stacklevel=3,
+        )
 
 
 def build_argv(binary: str, db: Optional[Union[str, "os.PathLike[str]"]], args: Iterable[str]) -> List[str]:
@@ -237,6 +304,7 @@ def save_params(
     sources: Optional[Any],
     state_type: Optional[str],
     max_state_bytes: Optional[int],
+    validation: Optional[Mapping[str, Any]] = None,
 ) -> Tuple[Dict[str, Any], Optional[bytes]]:
     if not isinstance(workflow_id, str):
         raise TypeError("workflow_id must be a str")
@@ -256,6 +324,8 @@ def save_params(
         params["metadata"] = dict(metadata)
     if sources is not None:
         params["sources"] = sources_param(sources)
+    if validation is not None:
+        params["validation"] = validation_param(validation)
     attachment: Optional[bytes] = None
     if state is not NO_STATE:
         attachment, st = encode_state(state, state_type)
@@ -263,6 +333,76 @@ def save_params(
         params["stateAttachment"] = True
         params["stateType"] = st
     return params, attachment
+
+
+def register_params(
+    workflow_id: str,
+    action: Any,
+    description: str,
+    namespace: Optional[str],
+    checkpoint_id: Optional[str],
+    step_name: Optional[str],
+    task_id: Optional[str],
+) -> Dict[str, Any]:
+    if action is None:
+        raise ValueError("a compensation needs an action (the JSON your rollback handler runs)")
+    params: Dict[str, Any] = {"workflowId": workflow_id, "action": action, "description": str(description)}
+    put(params, "namespace", namespace)
+    put(params, "checkpointId", checkpoint_id)
+    put(params, "stepName", step_name)
+    put(params, "taskId", task_id)
+    return params
+
+
+def rollback_plan_params(
+    workflow_id: str, namespace: Optional[str], to_checkpoint_id: Optional[str], full: bool
+) -> Dict[str, Any]:
+    if full and to_checkpoint_id is not None:
+        raise ValueError("give either to_checkpoint_id or full=True, not both")
+    params: Dict[str, Any] = {"workflowId": workflow_id}
+    put(params, "namespace", namespace)
+    put(params, "toCheckpointId", to_checkpoint_id)
+    if full:
+        params["full"] = True
+    return params
+
+
+def rollback_plan_result(result: Any) -> Dict[str, Any]:
+    if isinstance(result, dict):
+        result = dict(result)
+        result["actions"] = [CompensationAction(a) for a in result.get("actions") or []]
+    return result  # type: ignore[no-any-return]
+
+
+def done_params(compensation_id: str, rollback_id: str, ok: bool, error: Optional[str]) -> Dict[str, Any]:
+    params: Dict[str, Any] = {"compensationId": compensation_id, "rollbackId": rollback_id, "ok": bool(ok)}
+    put(params, "error", error)
+    return params
+
+
+def validation_param(validation: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``validation`` param of ``checkpoint/save``: ``{confidence, message?, details?}``, only
+    those names. JSON has no number for NaN and the infinities (``json`` would write the invalid
+    token ``NaN``): they go as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, which the
+    daemon refuses with -32602 naming ``validation.confidence``, like any value outside [0, 1]."""
+    unknown = set(validation) - {"confidence", "message", "details"}
+    if unknown:
+        raise ValueError("validation takes confidence, message and details, not %s" % ", ".join(sorted(unknown)))
+    if "confidence" not in validation:
+        raise ValueError("validation needs a confidence")
+    out: Dict[str, Any] = {"confidence": json_number(validation["confidence"])}
+    if validation.get("message") is not None:
+        out["message"] = str(validation["message"])
+    if validation.get("details") is not None:
+        out["details"] = validation["details"]
+    return out
+
+
+def json_number(v: Any) -> Any:
+    """v for a JSON number field; a float NaN or infinity becomes its name (a string)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
 
 
 def _source(s: Any) -> Any:
@@ -417,6 +557,40 @@ class Checkpoint(Dict[str, Any]):
         return "Checkpoint(%s, state=%s)" % (dict.__repr__(self), _short_repr(self.state))
 
 
+class CompensationAction(Dict[str, Any]):
+    """One action of a rollback (``rollback/plan``'s ``actions``): the raw dict plus accessors.
+    ``action`` is the JSON registered with :meth:`Step.compensate`, for your handler to run."""
+
+    @property
+    def compensation_id(self) -> str:
+        return str(self.get("compensationId", ""))
+
+    @property
+    def action(self) -> Any:
+        return self.get("action")
+
+    @property
+    def description(self) -> str:
+        return str(self.get("description", ""))
+
+    @property
+    def status(self) -> str:
+        return str(self.get("status", ""))
+
+    @property
+    def seq(self) -> int:
+        return int(self.get("seq", 0))
+
+    @property
+    def step_name(self) -> str:
+        return str(self.get("stepName", ""))
+
+    @property
+    def error(self) -> Optional[str]:
+        e = self.get("error")
+        return str(e) if e else None
+
+
 class ResumePlan(Checkpoint):
     """The result of ``resume/plan``: the raw dict plus the decoded ``state`` to continue from."""
 
@@ -435,6 +609,17 @@ class ResumePlan(Checkpoint):
     @property
     def warnings(self) -> List[Dict[str, Any]]:
         return self.get("warnings") or []
+
+    @property
+    def validation(self) -> Optional[Dict[str, Any]]:
+        """The validation saved with the checkpoint, with its ``recommendation``, if any."""
+        return self.get("validation")
+
+    @property
+    def rollback(self) -> Optional[Dict[str, Any]]:
+        """``{rollbackId?, toCheckpointId?, full, actions}``: compensations to run before resuming
+        (asked for with ``rollback=True``, or an unfinished rollback)."""
+        return self.get("rollback")
 
     def should_run(self, index: int) -> bool:
         return index >= self.start_step
