@@ -251,7 +251,7 @@ func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf store.Workfl
 	return nil
 }
 
-// importSQL inserts one imported checkpoint with its seq ($26) and creation time ($2): saveSQL
+// importSQL inserts one imported checkpoint with its seq ($28) and creation time ($2): saveSQL
 // without the workflow's seq counter.
 const importSQL = `WITH st AS (
 	INSERT INTO states AS s (hash, encoding, size, stored_size, refs, data)
@@ -261,9 +261,9 @@ const importSQL = `WITH st AS (
 ), ck AS (
 	INSERT INTO checkpoints (checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step, step_name, error,
 		state_type, state_hash, size, stored_size, dedup, completed_count, pending_count, workflow_hash, created_at,
-		format_version, content_hash, metadata, completed_tasks, pending_tasks)
-	SELECT $8, $1, $9, $26, $10, $11, $12, $13, $14, $15, $3::bytea, $5, coalesce(st.stored_size, 0),
-		coalesce(st.dedup, false), $16, $17, $18, $2, $19, $20, $21, $22, $23
+		format_version, content_hash, metadata, completed_tasks, pending_tasks, validation_status, validation)
+	SELECT $8, $1, $9, $28, $10, $11, $12, $13, $14, $15, $3::bytea, $5, coalesce(st.stored_size, 0),
+		coalesce(st.dedup, false), $16, $17, $18, $2, $19, $20, $21, $22, $23, $26, $27
 	FROM (SELECT 1) AS one LEFT JOIN st ON true
 	RETURNING id
 ), meta AS (

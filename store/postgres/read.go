@@ -20,7 +20,7 @@ import (
 // summaryCols are the checkpoint columns of a Summary, in summaryScan's order.
 const summaryCols = `c.id, c.checkpoint_id, c.workflow_id, c.namespace, c.seq, c.parent_id, c.phase, c.step, c.step_name,
 	c.error, c.workflow_hash, c.metadata, c.created_at, c.state_type, c.size, c.stored_size, c.state_hash,
-	c.completed_count, c.pending_count, c.format_version`
+	c.completed_count, c.pending_count, c.format_version, c.validation_status, c.validation`
 
 type summaryScan struct {
 	rowid                             int64
@@ -29,13 +29,15 @@ type summaryScan struct {
 	meta, hash                        []byte
 	created                           time.Time
 	completedN, pendingN, format      int64
+	validationStatus                  *string
+	validation                        []byte
 	sm                                store.Summary
 }
 
 func (x *summaryScan) dest() []any {
 	return []any{&x.rowid, &x.sm.CheckpointID, &x.sm.WorkflowID, &x.sm.Namespace, &x.sm.Seq, &x.parent, &x.phase,
 		&x.sm.Step, &x.stepName, &x.errJSON, &x.wfHash, &x.meta, &x.created, &x.stateType, &x.sm.SizeBytes,
-		&x.sm.StoredBytes, &x.hash, &x.completedN, &x.pendingN, &x.format}
+		&x.sm.StoredBytes, &x.hash, &x.completedN, &x.pendingN, &x.format, &x.validationStatus, &x.validation}
 }
 
 func deref(p *string) string {
@@ -69,6 +71,13 @@ func (x *summaryScan) finish() (store.Summary, error) {
 			return sm, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: "stored error does not decode: " + err.Error()}
 		}
 		sm.Error = &e
+	}
+	if x.validationStatus != nil {
+		v, err := store.DecodeValidation(sm.CheckpointID, *x.validationStatus, x.validation)
+		if err != nil {
+			return sm, err
+		}
+		sm.Validation = v
 	}
 	return sm, nil
 }
@@ -294,6 +303,9 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 	if f.Phase != "" {
 		where = append(where, `c.phase = `+arg(string(f.Phase)))
 	}
+	if f.Validation != "" {
+		where = append(where, `c.validation_status = `+arg(f.Validation))
+	}
 	q := `SELECT ` + summaryCols + ` FROM checkpoints c`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
@@ -313,6 +325,9 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Summary, 
 	}
 	if f.Phase != "" && !f.Phase.Valid() {
 		return nil, invalid("phase", "%q is not one of before_step, completed, failed, interrupted", string(f.Phase))
+	}
+	if f.Validation != "" && !store.ValidationStatusValid(f.Validation) {
+		return nil, invalid("validation", "%q is not one of passed, warning, failed", f.Validation)
 	}
 	var out []store.Summary
 	err := s.readTx(ctx, func(tx pgx.Tx) error {

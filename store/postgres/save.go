@@ -153,9 +153,9 @@ const saveSQL = `WITH wf AS (
 ), ck AS (
 	INSERT INTO checkpoints (checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step, step_name, error,
 		state_type, state_hash, size, stored_size, dedup, completed_count, pending_count, workflow_hash, created_at,
-		format_version, content_hash, metadata, completed_tasks, pending_tasks)
+		format_version, content_hash, metadata, completed_tasks, pending_tasks, validation_status, validation)
 	SELECT $8, $1, $9, wf.seq, $10, $11, $12, $13, $14, $15, $3::bytea, $5, coalesce(st.stored_size, 0),
-		coalesce(st.dedup, false), $16, $17, $18, $2, $19, $20, $21, $22, $23
+		coalesce(st.dedup, false), $16, $17, $18, $2, $19, $20, $21, $22, $23, $26, $27
 	FROM wf LEFT JOIN st ON true
 	ON CONFLICT (checkpoint_id) DO NOTHING
 	RETURNING id, stored_size, dedup
@@ -166,7 +166,8 @@ const saveSQL = `WITH wf AS (
 SELECT ck.id, ck.stored_size, ck.dedup, wf.seq, wf.retention FROM wf LEFT JOIN ck ON true`
 
 // insertArgs are saveSQL's arguments for a prepared save with creation time created and
-// format version format.
+// format version format: $1..$25 are schema version 1's, $26 and $27 the validation's status
+// and record (NULL without one).
 func insertArgs(sj *saveJob, created time.Time, format int) []any {
 	r := &sj.Req
 	keys := make([]string, len(sj.Meta))
@@ -178,10 +179,14 @@ func insertArgs(sj *saveJob, created time.Time, format int) []any {
 	if sj.HasState {
 		hash, data = sj.SHA, sj.Data
 	}
+	var vStatus, vRec any
+	if sj.ValidationJSON != nil {
+		vStatus, vRec = r.Validation.Status, sj.ValidationJSON
+	}
 	return []any{r.WorkflowID, created, hash, sj.Encoding, len(r.State), len(sj.Data), data, sj.ID, r.Namespace,
 		nullStr(r.ParentID), string(r.Phase), r.Step, nullStr(r.StepName), nullStr(string(sj.ErrorJSON)), string(sj.StateType),
 		sj.CompletedN, sj.PendingN, nullStr(r.WorkflowHash), format, sj.ContentHash, nullBytes(sj.MetaRaw),
-		nullBytes([]byte(r.CompletedTasks)), nullBytes([]byte(r.PendingTasks)), keys, vals}
+		nullBytes([]byte(r.CompletedTasks)), nullBytes([]byte(r.PendingTasks)), keys, vals, vStatus, vRec}
 }
 
 // runSave executes one prepared save inside the writer's transaction (after SAVEPOINT sp); a
@@ -301,31 +306,39 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r sto
 	if r.MaxAgeSeconds <= 0 && r.KeepLast > 0 {
 		return s.applyKeepLast(ctx, w, wf, ns, r)
 	}
-	rows, err := w.query(ctx, `SELECT id, seq, checkpoint_id, created_at FROM checkpoints
-		WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq`, wf, ns)
+	rows, err := w.query(ctx, `SELECT c.id, c.seq, c.checkpoint_id, c.created_at, `+heldCol+` FROM checkpoints c`+holdsJoin+`
+		WHERE c.workflow_id = $1 AND c.namespace = $2 ORDER BY c.seq`, wf, ns)
 	if err != nil {
 		return nil, err
 	}
 	var items []store.RetentionItem
 	rowids := map[string]int64{}
+	held := map[string]bool{}
 	for rows.Next() {
 		var it store.RetentionItem
 		var id int64
-		if err := rows.Scan(&id, &it.Seq, &it.ID, &it.CreatedAt); err != nil {
+		var h bool
+		if err := rows.Scan(&id, &it.Seq, &it.ID, &it.CreatedAt, &h); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		items = append(items, it)
 		rowids[it.ID] = id
+		if h {
+			held[it.ID] = true
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	expired := store.SelectExpired(items, r, now)
-	refs := make([]ckRef, len(expired))
-	for i, id := range expired {
-		refs[i] = ckRef{rowids[id], id}
+	var expired []string
+	var refs []ckRef
+	for _, id := range store.SelectExpired(items, r, now) {
+		if !held[id] { // kept for a rollback (saga.go)
+			expired = append(expired, id)
+			refs = append(refs, ckRef{rowids[id], id})
+		}
 	}
 	if _, _, err := deleteCheckpoints(ctx, w, refs); err != nil {
 		return nil, err
@@ -334,20 +347,38 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r sto
 }
 
 // applyKeepLast is applyRetention for a keepLast-only policy (the common default): it reads only
-// the checkpoints beyond the newest KeepLast. Same result as store.SelectExpired.
+// the checkpoints beyond the newest KeepLast. Same result as store.SelectExpired (less the
+// checkpoints kept for rollbacks).
 func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r store.Retention) ([]string, error) {
-	refs, err := collectRefs(w.query(ctx, `SELECT id, checkpoint_id FROM checkpoints
-		WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq DESC OFFSET $3`, wf, ns, r.KeepLast))
+	rows, err := w.query(ctx, `SELECT c.id, c.checkpoint_id, `+heldCol+` FROM (SELECT id, seq, checkpoint_id FROM checkpoints
+		WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq DESC OFFSET $3) c`+holdsJoin+` ORDER BY c.seq DESC`, wf, ns, r.KeepLast)
 	if err != nil {
 		return nil, err
 	}
-	if r.KeepFirst && len(refs) > 0 {
-		refs = refs[:len(refs)-1] // newest first: the last one is the lowest seq
+	type heldRef struct {
+		ckRef
+		held bool
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (heldRef, error) {
+		var h heldRef
+		err := row.Scan(&h.rowid, &h.id, &h.held)
+		return h, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.KeepFirst && len(all) > 0 {
+		all = all[:len(all)-1] // newest first: the last one is the lowest seq
+	}
+	var refs []ckRef
+	for i := len(all) - 1; i >= 0; i-- { // seq order, like store.SelectExpired
+		if !all[i].held { // kept for a rollback (saga.go)
+			refs = append(refs, all[i].ckRef)
+		}
 	}
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	slicesReverse(refs) // seq order, like store.SelectExpired
 	if _, _, err := deleteCheckpoints(ctx, w, refs); err != nil {
 		return nil, err
 	}
@@ -356,12 +387,6 @@ func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r stor
 		expired[i] = r.id
 	}
 	return expired, nil
-}
-
-func slicesReverse(r []ckRef) {
-	for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
-		r[i], r[j] = r[j], r[i]
-	}
 }
 
 // deleteCheckpoints removes checkpoints with their metadata rows, pending writes, source

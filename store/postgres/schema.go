@@ -193,6 +193,52 @@ CREATE TABLE drift_entries (
 );
 CREATE INDEX drift_entries_unreferenced ON drift_entries (key) WHERE refs <= 0;
 `},
+	{"validation checkpoints and the compensation log (saga)", `
+-- A checkpoint's validation (store.EncodeValidation): its status and record; NULL: none.
+ALTER TABLE checkpoints ADD COLUMN validation_status text, ADD COLUMN validation bytea;
+CREATE INDEX checkpoints_validation ON checkpoints (workflow_id, namespace, seq) WHERE validation_status IS NOT NULL;
+CREATE INDEX checkpoints_validation_id ON checkpoints (validation_status, id) WHERE validation_status IS NOT NULL;
+
+-- Compensations registered per workflow: seq is the registration order within the workflow,
+-- after_seq the workflow's newest checkpoint seq when it was registered. Both are handed out
+-- under the workflow's advisory lock, which every writer of the workflow takes.
+CREATE TABLE compensations (
+	id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	compensation_id text COLLATE "C" NOT NULL UNIQUE,
+	workflow_id     text COLLATE "C" NOT NULL,
+	namespace       text COLLATE "C" NOT NULL,
+	seq             bigint NOT NULL,
+	after_seq       bigint NOT NULL,
+	checkpoint_id   text COLLATE "C",
+	step_name       text,
+	task_id         text,
+	description     text NOT NULL,
+	status          text NOT NULL,      -- pending | done | failed
+	error           text,               -- the last failure a rollback reported
+	rollback_id     text COLLATE "C",   -- the rollback that ran it last
+	created_at      timestamptz NOT NULL,
+	done_at         timestamptz,
+	action          bytea NOT NULL      -- opaque JSON as sent
+);
+CREATE UNIQUE INDEX compensations_wf_seq ON compensations (workflow_id, seq);
+CREATE INDEX compensations_wf_ns_seq ON compensations (workflow_id, namespace, seq);
+CREATE INDEX compensations_rollback ON compensations (rollback_id) WHERE rollback_id IS NOT NULL;
+
+-- Rollbacks: at most one unfinished per (workflow, namespace).
+CREATE TABLE rollbacks (
+	id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- begin order
+	rollback_id      text COLLATE "C" NOT NULL UNIQUE,
+	workflow_id      text COLLATE "C" NOT NULL,
+	namespace        text COLLATE "C" NOT NULL,
+	to_checkpoint_id text COLLATE "C",  -- NULL: a full rollback
+	to_seq           bigint NOT NULL,   -- the target's seq (0: full)
+	max_seq          bigint NOT NULL,   -- the newest compensation seq of the workflow when begun
+	created_at       timestamptz NOT NULL,
+	completed_at     timestamptz        -- NULL: unfinished
+);
+CREATE UNIQUE INDEX rollbacks_unfinished ON rollbacks (workflow_id, namespace) WHERE completed_at IS NULL;
+CREATE INDEX rollbacks_wf_ns ON rollbacks (workflow_id, namespace, id);
+`},
 }
 
 // SchemaVersion is the version this build migrates databases to.

@@ -130,6 +130,7 @@ func (s *Store) deleteWorkflow(ctx context.Context, w *wtx, workflowID string, d
 	}
 	// writes whose checkpoint is already gone (defensive: PutWrites requires the checkpoint)
 	w.queue(`DELETE FROM writes WHERE workflow_id = $1`, workflowID)
+	queueDeleteSagaRows(w, workflowID) // saga.go
 	if dropRow {
 		w.queue(`DELETE FROM workflows WHERE workflow_id = $1`, workflowID)
 	}
@@ -198,9 +199,9 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 			return err
 		}
 		type group struct {
-			wf    string
-			ret   store.Retention
-			items []store.RetentionItem
+			wf, ns string
+			ret    store.Retention
+			items  []store.RetentionItem
 		}
 		var groups []*group
 		rowids := map[string]int64{}
@@ -216,7 +217,7 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 				return err
 			}
 			if cur == nil || cur.wf != wf || curNS != ns {
-				cur = &group{wf: wf, ret: req.Retention(s.parseRetention(wf, js))}
+				cur = &group{wf: wf, ns: ns, ret: req.Retention(s.parseRetention(wf, js))}
 				curNS = ns
 				groups = append(groups, cur)
 			}
@@ -232,8 +233,12 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 		}
 		now := s.now()
 		for _, g := range groups {
+			expired, err := withoutRetentionHolds(ctx, w, g.wf, g.ns, store.SelectExpired(g.items, g.ret, now)) // saga.go
+			if err != nil {
+				return err
+			}
 			var refs []ckRef
-			for _, id := range store.SelectExpired(g.items, g.ret, now) {
+			for _, id := range expired {
 				refs = append(refs, ckRef{rowids[id], id})
 			}
 			ids, freed, err := deleteRefs(ctx, w, refs)
@@ -333,9 +338,10 @@ func (s *Store) ExpireIdle(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// idleWorkflows lists the workflows whose idle TTL has passed.
+// idleWorkflows lists the workflows whose idle TTL has passed, but for those holding a
+// compensation still needed: one not done, or an unfinished rollback (saga.go).
 func (s *Store) idleWorkflows(ctx context.Context, w *wtx) ([]string, error) {
-	rows, err := w.query(ctx, `SELECT workflow_id, updated_at, retention FROM workflows`)
+	rows, err := w.query(ctx, `SELECT workflow_id, updated_at, retention FROM workflows w WHERE NOT `+sagaHeld)
 	if err != nil {
 		return nil, err
 	}
