@@ -24,6 +24,7 @@ func init() {
 		testCase{"SagaRollbackLifecycle", testSagaRollbackLifecycle},
 		testCase{"SagaRetentionKeepsNeededCompensations", testSagaRetentionKeepsNeededCompensations},
 		testCase{"SagaRetentionKeepsRollbackTargets", testSagaRetentionKeepsRollbackTargets},
+		testCase{"SagaValidationExportImport", testSagaValidationExportImport},
 	)
 }
 
@@ -567,4 +568,50 @@ func testSagaRetentionKeepsRollbackTargets(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.Deleted)
 	assert.Equal(t, []string{"c10", "c7"}, left())
+}
+
+// TestSagaValidationExportImport: an archive carries each checkpoint's validation and the
+// workflow's saga config; the imported checkpoints are what a failed validation's rollback
+// recommendation chooses among, as they were at the source.
+func testSagaValidationExportImport(t *testing.T, h *harness) {
+	ctx := context.Background()
+	src := h.db(t)
+	v := &store.Validation{Status: "warning", Confidence: 0.8, Min: 0.7, Warning: 0.85, Message: "close",
+		Details: json.RawMessage(`{"checks": [1, 2]}`)}
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c1", State: []byte(`{}`), Validation: validated("passed", 0.9)})
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c2", State: []byte(`{}`)})
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c3", State: []byte(`{}`), Validation: v})
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c4", Validation: validated("failed", 0.1)})
+	require.NoError(t, src.SetSagaConfig(ctx, "wf", store.SagaConfig{Validation: json.RawMessage(`{"minConfidence": 0.7}`)}))
+	rec, cps := exportAll(t, src, "wf")
+	require.Len(t, cps, 4)
+	require.NotNil(t, cps[2].Validation)
+	assert.Equal(t, "close", cps[2].Validation.Message)
+
+	dst := h.db(t)
+	res, err := dst.Import(ctx, rec, seqOf(cps), store.ImportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Imported)
+	_, again := exportAll(t, dst, "wf")
+	assert.Equal(t, cps, again, "validations survive the round trip")
+	want, err := src.ValidationHistory(ctx, "wf", "", 0, 10)
+	require.NoError(t, err)
+	got, err := dst.ValidationHistory(ctx, "wf", "", 0, 10)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Len(t, got, 3)
+	sms, err := dst.List(ctx, store.ListFilter{Validation: "failed"})
+	require.NoError(t, err)
+	require.Len(t, sms, 1)
+	assert.Equal(t, "c4", sms[0].CheckpointID)
+	cfg, err := dst.SagaConfig(ctx, "wf")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"minConfidence": 0.7}`, string(cfg.Validation))
+
+	// a repeated save of an imported validated checkpoint is idempotent; another validation conflicts
+	r, err := dst.Save(ctx, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c3", State: []byte(`{}`), Validation: v})
+	require.NoError(t, err)
+	assert.True(t, r.Existing)
+	_, err = dst.Save(ctx, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c3", State: []byte(`{}`)})
+	assert.ErrorIs(t, err, store.ErrConflict)
 }
