@@ -107,7 +107,7 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 	}
 	defer broken.Close()
 	dst, err := openBackend(ctx, store.Options{Path: *out, Durability: g.durability, MaxStateBytes: cliMaxStateBytes,
-		Logger: log, NoCompactor: true})
+		Logger: log, NoCompactor: true}, true)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", *out, err)
 	}
