@@ -24,11 +24,13 @@ Copies everything that still verifies out of a damaged SQLite database into a ne
 checkpoint (state, task lists, pending writes, ids, seqs, creation times) whose SHA-256 checks,
 with its source manifest when that checks too, each workflow's configuration, and every LangGraph
 thread's checkpoints, channel values and pending writes (a LangGraph checkpoint only with every
-channel value it names). BROKEN is only read, around its damaged pages; NEW must not exist yet.
+channel value it names), and the compensations and rollbacks registered (as they were). BROKEN is only read, around its damaged pages; NEW must not exist yet.
 It then lists what it could not save, and exits 1 if anything was lost (0 if nothing was).
 
 Run it when ckptd says "database damaged" (it stops writing to such a file), then start ckptd
-with --db NEW, or move NEW into BROKEN's place while no ckptd runs.
+with --db NEW, or move NEW into BROKEN's place while no ckptd runs. It is a tool for SQLite
+files: a PostgreSQL database is checked and repaired with PostgreSQL's own tools (pg_amcheck,
+REINDEX, a backup).
 
 examples:
   ckptd recover --db ~/.local/state/ckptd/ckptd.db -o ~/.local/state/ckptd/recovered.db
@@ -37,14 +39,17 @@ examples:
 
 // recoverReport is what recover did, in --json and in the summary.
 type recoverReport struct {
-	Source      string            `json:"source"`
-	Target      string            `json:"target"`
-	Workflows   recoverCount      `json:"workflows"`
-	Checkpoints recoverCount      `json:"checkpoints"`
-	Manifests   recoverCount      `json:"sourceManifests"`
-	Threads     recoverCount      `json:"threads"`
-	LGRows      recoverLGCounts   `json:"threadRows"`
-	Lost        []salvageLostItem `json:"lost"`
+	Source      string          `json:"source"`
+	Target      string          `json:"target"`
+	Workflows   recoverCount    `json:"workflows"`
+	Checkpoints recoverCount    `json:"checkpoints"`
+	Manifests   recoverCount    `json:"sourceManifests"`
+	Threads     recoverCount    `json:"threads"`
+	LGRows      recoverLGCounts `json:"threadRows"`
+	// Compensations and Rollbacks: the saga records (compensation/register, rollback/*).
+	Compensations recoverCount      `json:"compensations"`
+	Rollbacks     recoverCount      `json:"rollbacks"`
+	Lost          []salvageLostItem `json:"lost"`
 }
 
 type recoverCount struct {
@@ -87,6 +92,14 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if isURL(src) {
+		return usageError{fmt.Sprintf("--db %s is a PostgreSQL database: ckptd recover reads a damaged SQLite file. "+
+			"PostgreSQL keeps its own files: check it with pg_amcheck, rebuild a damaged index with REINDEX or restore a backup",
+			displayDB(src))}
+	}
+	if isURL(*out) {
+		return usageError{"-o names the new SQLite file to write, not a database URL (to move what was recovered into PostgreSQL, ckptd export it from the new file and ckptd import it there)"}
+	}
 	srcAbs, _ := filepath.Abs(src)
 	dstAbs, _ := filepath.Abs(*out)
 	if _, err := os.Stat(src); errors.Is(err, iofs.ErrNotExist) {
@@ -106,8 +119,8 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("nothing can be read from %s: %w", src, err)
 	}
 	defer broken.Close()
-	dst, err := openBackend(ctx, store.Options{Path: *out, Durability: g.durability, MaxStateBytes: cliMaxStateBytes,
-		Logger: log, NoCompactor: true}, true)
+	dst, err := sqlite.Open(ctx, store.Options{Path: *out, Durability: g.durability, MaxStateBytes: cliMaxStateBytes,
+		Logger: log, NoCompactor: true})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", *out, err)
 	}
@@ -133,7 +146,7 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 }
 
 // recoverInto copies what verifies from broken into dst, counting in rep.
-func recoverInto(ctx context.Context, e *env, broken *sqlite.Store, dst store.Backend, rep *recoverReport) error {
+func recoverInto(ctx context.Context, e *env, broken *sqlite.Store, dst *sqlite.Store, rep *recoverReport) error {
 	sv, err := broken.Survey(ctx)
 	if err != nil {
 		return fmt.Errorf("list what %s holds: %w", rep.Source, err)
@@ -182,6 +195,37 @@ func recoverInto(ctx context.Context, e *env, broken *sqlite.Store, dst store.Ba
 		if err := recoverThread(ctx, broken, dst, t, sv.Threads[t], blobsIncomplete, rep); err != nil {
 			return err
 		}
+	}
+	return recoverSaga(ctx, broken, dst, rep)
+}
+
+// recoverSaga copies the compensation log and the rollbacks as they were (ids, registration
+// order, statuses): a workflow's pending compensations are what a later rollback runs.
+func recoverSaga(ctx context.Context, broken *sqlite.Store, dst *sqlite.Store, rep *recoverReport) error {
+	logs, problems, err := broken.SalvageSaga(ctx)
+	rep.Lost = append(rep.Lost, problems...)
+	for _, p := range problems {
+		if p.Kind == "compensation" {
+			rep.Compensations.Found++
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("list the compensations of %s: %w", rep.Source, err)
+	}
+	ids := make([]string, 0, len(logs))
+	for id := range logs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		l := logs[id]
+		rep.Compensations.Found += len(l.Compensations)
+		rep.Rollbacks.Found += len(l.Rollbacks)
+		if err := dst.RestoreSaga(ctx, id, *l); err != nil {
+			return fmt.Errorf("write the compensations of workflow %q into %s: %w", id, rep.Target, err)
+		}
+		rep.Compensations.Recovered += len(l.Compensations)
+		rep.Rollbacks.Recovered += len(l.Rollbacks)
 	}
 	return nil
 }
@@ -375,7 +419,7 @@ func printRecoverReport(w io.Writer, r *recoverReport) {
 		c    recoverCount
 	}{{"workflows", r.Workflows}, {"checkpoints", r.Checkpoints}, {"source manifests", r.Manifests},
 		{"LangGraph threads", r.Threads}, {"  checkpoints", r.LGRows.Checkpoints}, {"  channel values", r.LGRows.Values},
-		{"  pending writes", r.LGRows.Writes}} {
+		{"  pending writes", r.LGRows.Writes}, {"compensations", r.Compensations}, {"rollbacks", r.Rollbacks}} {
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", row.name, row.c.Recovered, row.c.Found)
 	}
 	_ = tw.Flush()

@@ -68,8 +68,41 @@ func recoverFixture(t *testing.T) string {
 			map[string]string{"messages": fmt.Sprintf(`["LGVALUE-A-%d-%s"]`, i, strings.Repeat("m", 3000))})
 	}
 	d.lgPut("thread-b", "1f0-1", "", 1, map[string]string{"x": `"b"`})
+	// a saga: a validated checkpoint, compensations registered after each step, a rollback to
+	// the first step begun and one compensation of it run
+	var cp0, cp1 struct{ CheckpointID string }
+	d.call("checkpoint/save", map[string]any{"workflowId": "wf-saga", "step": 0, "stepName": "charge", "state": map[string]any{"s": 0},
+		"validation": map[string]any{"confidence": 0.9, "message": "looks right"}}, nil, &cp0)
+	d.call("compensation/register", map[string]any{"workflowId": "wf-saga", "checkpointId": cp0.CheckpointID, "stepName": "charge",
+		"action": map[string]any{"refund": 10}, "description": "refund the charge"}, nil, nil)
+	d.call("checkpoint/save", map[string]any{"workflowId": "wf-saga", "step": 1, "stepName": "ship", "state": map[string]any{"s": 1}}, nil, &cp1)
+	for _, step := range []string{"ship", "email"} {
+		d.call("compensation/register", map[string]any{"workflowId": "wf-saga", "checkpointId": cp1.CheckpointID, "stepName": step,
+			"action": map[string]any{"undo": step}, "description": "undo " + step}, nil, nil)
+	}
+	var plan struct {
+		RollbackID string
+		Actions    []struct{ CompensationID string }
+	}
+	d.call("rollback/plan", map[string]any{"workflowId": "wf-saga", "toCheckpointId": cp0.CheckpointID}, nil, &plan)
+	require.NotEmpty(t, plan.Actions)
+	d.call("compensation/done", map[string]any{"compensationId": plan.Actions[0].CompensationID, "rollbackId": plan.RollbackID, "ok": true}, nil, nil)
 	d.shutdownWait()
 	return path
+}
+
+// sagaOf reads wf-saga's compensations and newest rollback from path.
+func sagaOf(t *testing.T, path string) ([]store.Compensation, *store.Rollback) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.OpenReadOnly(ctx, store.Options{Path: path})
+	require.NoError(t, err)
+	defer st.Close()
+	comps, err := st.Compensations(ctx, "wf-saga", "", 0, 0)
+	require.NoError(t, err)
+	rb, err := st.LatestRollback(ctx, "wf-saga", "")
+	require.NoError(t, err)
+	return comps, rb
 }
 
 // exported reads every workflow's checkpoints and every thread's rows from path, verified.
@@ -126,6 +159,15 @@ func TestRecover(t *testing.T) {
 		gotCPs, gotThreads := exported(t, out)
 		assertSameCheckpoints(t, wantCPs, gotCPs, nil)
 		assert.Equal(t, wantThreads, gotThreads)
+		// the saga records came along as they were: ids, order, statuses, the unfinished rollback
+		wantComps, wantRB := sagaOf(t, fixture)
+		require.Len(t, wantComps, 3)
+		require.NotNil(t, wantRB)
+		gotComps, gotRB := sagaOf(t, out)
+		assert.Equal(t, wantComps, gotComps)
+		assert.Equal(t, wantRB, gotRB)
+		assert.Equal(t, recoverCount{Found: 3, Recovered: 3}, rep.Compensations)
+		assert.Equal(t, recoverCount{Found: 1, Recovered: 1}, rep.Rollbacks)
 		// the configuration came along
 		res = cliRun(t, nil, "ls", "--db", out, "--json")
 		require.Equal(t, exitOK, res.code, res.stderr)
@@ -220,6 +262,16 @@ func TestRecover(t *testing.T) {
 		assert.Contains(t, res.stderr, "already exists")
 		res = cliRun(t, nil, "recover", "--db", fixture)
 		assert.Equal(t, exitUsage, res.code)
+		// a SQLite-file tool: a PostgreSQL URL on either side is refused, saying what to use
+		res = cliRun(t, nil, "recover", "--db", "postgres://u:secret@localhost/db", "-o", filepath.Join(dir, "p.db"))
+		assert.Equal(t, exitUsage, res.code)
+		assert.Contains(t, res.stderr, "is a PostgreSQL database: ckptd recover reads a damaged SQLite file")
+		assert.Contains(t, res.stderr, "pg_amcheck")
+		assert.NotContains(t, res.stderr, "secret")
+		res = cliRun(t, nil, "recover", "--db", fixture, "-o", "postgresql://localhost/db")
+		assert.Equal(t, exitUsage, res.code)
+		assert.Contains(t, res.stderr, "new SQLite file")
+		assert.NoFileExists(t, filepath.Join(dir, "p.db"))
 		res = cliRun(t, nil, "recover", "--db", filepath.Join(dir, "none.db"), "-o", filepath.Join(dir, "n.db"))
 		assert.Equal(t, exitProblem, res.code)
 		assert.Contains(t, res.stderr, "no database at")

@@ -499,3 +499,130 @@ func (s *Store) SalvageLGRow(ctx context.Context, kind string, rowid int64) (sto
 	r.Data = raw
 	return r, r.Check()
 }
+
+// SagaLog is a workflow's saga records as a salvage read them: the compensations registered
+// (in registration order) and the rollbacks begun.
+type SagaLog struct {
+	Compensations []store.Compensation
+	Rollbacks     []store.Rollback
+}
+
+// SalvageSaga reads the compensation log and the rollbacks, resuming past damaged pages. A row
+// that does not hold what a compensation or rollback must (an action that is not JSON, an
+// unknown status) is a problem of its own; the others are returned per workflow.
+func (s *Store) SalvageSaga(ctx context.Context) (map[string]*SagaLog, []SalvageProblem, error) {
+	logs := map[string]*SagaLog{}
+	log := func(wf string) *SagaLog {
+		l := logs[wf]
+		if l == nil {
+			l = &SagaLog{}
+			logs[wf] = l
+		}
+		return l
+	}
+	var problems []SalvageProblem
+	ps, err := s.scanRowids(ctx, "compensations", compensationCols, func(rows *sql.Rows) (int64, error) {
+		var rowid int64
+		var c store.Compensation
+		var cp, step, task, errMsg, rb sql.NullString
+		var created int64
+		var done sql.NullInt64
+		var action []byte
+		if err := rows.Scan(&rowid, &c.CompensationID, &c.WorkflowID, &c.Namespace, &c.Seq, &c.AfterSeq, &cp, &step, &task,
+			&c.Description, &c.Status, &errMsg, &rb, &created, &done, &action); err != nil {
+			return 0, err
+		}
+		switch {
+		case !json.Valid(action):
+			problems = append(problems, SalvageProblem{Kind: "compensation", ID: c.CompensationID, Owner: c.WorkflowID,
+				Reason: "its stored action is not JSON"})
+			return rowid, nil
+		case c.Status != store.CompensationPending && c.Status != store.CompensationDone && c.Status != store.CompensationFailed:
+			problems = append(problems, SalvageProblem{Kind: "compensation", ID: c.CompensationID, Owner: c.WorkflowID,
+				Reason: fmt.Sprintf("its stored status %q is not pending, done or failed", c.Status)})
+			return rowid, nil
+		}
+		c.CheckpointID, c.StepName, c.TaskID, c.Error, c.RollbackID = cp.String, step.String, task.String, errMsg.String, rb.String
+		c.CreatedAt = time.UnixMicro(created).UTC()
+		if done.Valid {
+			c.DoneAt = time.UnixMicro(done.Int64).UTC()
+		}
+		c.Action = json.RawMessage(action)
+		l := log(c.WorkflowID)
+		l.Compensations = append(l.Compensations, c)
+		return rowid, nil
+	})
+	problems = append(problems, ps...)
+	if err != nil {
+		return nil, problems, fmt.Errorf("salvage compensations: %w", err)
+	}
+	ps, err = s.scanRowids(ctx, "rollbacks", rollbackCols, func(rows *sql.Rows) (int64, error) {
+		var rowid int64
+		var r store.Rollback
+		var to sql.NullString
+		var created int64
+		var completed sql.NullInt64
+		if err := rows.Scan(&rowid, &r.RollbackID, &r.WorkflowID, &r.Namespace, &to, &r.ToSeq, &r.MaxSeq, &created, &completed); err != nil {
+			return 0, err
+		}
+		r.ToCheckpointID = to.String
+		r.CreatedAt = time.UnixMicro(created).UTC()
+		if completed.Valid {
+			r.CompletedAt = time.UnixMicro(completed.Int64).UTC()
+		}
+		l := log(r.WorkflowID)
+		l.Rollbacks = append(l.Rollbacks, r)
+		return rowid, nil
+	})
+	problems = append(problems, ps...)
+	if err != nil {
+		return nil, problems, fmt.Errorf("salvage rollbacks: %w", err)
+	}
+	for _, l := range logs {
+		sort.Slice(l.Compensations, func(i, j int) bool { return l.Compensations[i].Seq < l.Compensations[j].Seq })
+		sort.Slice(l.Rollbacks, func(i, j int) bool { return l.Rollbacks[i].CreatedAt.Before(l.Rollbacks[j].CreatedAt) })
+	}
+	return logs, problems, nil
+}
+
+// RestoreSaga writes a workflow's salvaged saga records as they were (ids, seqs, statuses,
+// times), in one transaction: ckptd recover, after the workflow's checkpoints. The workflow row
+// is created if the checkpoints did not create it. A record whose id is already there is left
+// as it is.
+func (s *Store) RestoreSaga(ctx context.Context, workflowID string, l SagaLog) error {
+	err := s.do(ctx, func(ctx context.Context, w *wtx) error {
+		now := s.now().UnixMicro()
+		if _, err := w.exec(ctx, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at) VALUES (?1, 1, ?2, ?2)
+			ON CONFLICT(workflow_id) DO NOTHING`, workflowID, now); err != nil {
+			return err
+		}
+		for _, c := range l.Compensations {
+			var done any
+			if !c.DoneAt.IsZero() {
+				done = c.DoneAt.UnixMicro()
+			}
+			if _, err := w.exec(ctx, `INSERT INTO compensations(compensation_id, workflow_id, namespace, seq, after_seq,
+				checkpoint_id, step_name, task_id, description, status, error, rollback_id, created_at, done_at, action)
+				VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`,
+				c.CompensationID, workflowID, c.Namespace, c.Seq, c.AfterSeq, nullStr(c.CheckpointID), nullStr(c.StepName),
+				nullStr(c.TaskID), c.Description, c.Status, nullStr(c.Error), nullStr(c.RollbackID), c.CreatedAt.UnixMicro(),
+				done, []byte(c.Action)); err != nil {
+				return err
+			}
+		}
+		for _, r := range l.Rollbacks {
+			var completed any
+			if !r.CompletedAt.IsZero() {
+				completed = r.CompletedAt.UnixMicro()
+			}
+			if _, err := w.exec(ctx, `INSERT INTO rollbacks(rollback_id, workflow_id, namespace, to_checkpoint_id, to_seq,
+				max_seq, created_at, completed_at) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING`,
+				r.RollbackID, workflowID, r.Namespace, nullStr(r.ToCheckpointID), r.ToSeq, r.MaxSeq, r.CreatedAt.UnixMicro(),
+				completed); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return wrapDB("restore the saga records of "+workflowID, err)
+}
