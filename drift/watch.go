@@ -91,8 +91,12 @@ type Watcher struct {
 	cookies   map[string]chan struct{}
 
 	// Shared between the event loop and the processor.
-	dmu          sync.Mutex
-	dirty        map[string]int64 // rel path -> time of its last event (unix ns)
+	dmu   sync.Mutex
+	dirty map[string]int64 // rel path -> time of its last event (unix ns)
+	// gone holds the paths an event said were removed or renamed away: a directory found at
+	// such a path is another one, even when it got the same inode number back (ext4 and tmpfs
+	// reuse them at once), so it must be watched and listed anew.
+	gone         map[string]bool
 	lastEvent    int64
 	firstPending int64
 	rescanWhy    string
@@ -174,6 +178,7 @@ func Watch(ctx context.Context, spec Spec, base *Manifest, opt WatchOptions, emi
 		emit:    emit,
 		cookies: map[string]chan struct{}{},
 		dirty:   map[string]int64{},
+		gone:    map[string]bool{},
 		kick:    make(chan struct{}, 1),
 		inject:  make(chan error, 1),
 		reqs:    make(chan request),
@@ -361,6 +366,9 @@ func (w *Watcher) loop() {
 			}
 			now := time.Now().UnixNano()
 			w.dmu.Lock()
+			if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+				w.gone[rel] = true
+			}
 			w.dirty[rel] = now
 			w.lastEvent = now
 			if w.firstPending == 0 {
@@ -869,6 +877,15 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 		paths = append(paths, p)
 	}
 	slices.Sort(paths) // parents before children
+	gone := map[string]bool{}
+	w.dmu.Lock()
+	for _, p := range paths {
+		if w.gone[p] {
+			gone[p] = true
+			delete(w.gone, p)
+		}
+	}
+	w.dmu.Unlock()
 	touched := map[string]*Entry{}
 	touch := func(p string) {
 		if _, ok := touched[p]; ok {
@@ -960,6 +977,9 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 				w.dirty[p] = ts
 			}
 		}
+		for p := range gone {
+			w.gone[p] = true
+		}
 		w.dmu.Unlock()
 		return nil, "", again, nil
 	}
@@ -975,13 +995,19 @@ func (w *Watcher) applyDirty(dirty map[string]int64, forced bool) ([]Change, str
 		if err != nil && !isNotExist(err) {
 			// It exists, but what it is now cannot be told (its directory cannot be searched).
 			unknown(p, err)
+			if gone[p] { // still to be resolved when it is read again
+				w.dmu.Lock()
+				w.gone[p] = true
+				w.dmu.Unlock()
+			}
 			continue
 		}
 		delete(w.retry, p)
 		if d := w.st.dirs[p]; d != nil {
 			// The same directory is up to date, unless it could not be read last time: then
-			// it is walked again, like a replaced one.
-			if exists && st.isDir() && st.ino == d.ino && d.mtime >= 0 {
+			// it is walked again, like a replaced one. One removed since is replaced, whatever
+			// its inode number.
+			if exists && st.isDir() && st.ino == d.ino && d.mtime >= 0 && !gone[p] {
 				d.mtime = st.mtime
 				continue
 			}

@@ -2,10 +2,12 @@ package drift
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -340,4 +342,70 @@ func TestWatchSymlinksAndSameStatEdits(t *testing.T) {
 		require.NoError(t, os.Chtimes(p, fi.ModTime(), fi.ModTime()))
 	}, []Change{{Path: "a.txt", Kind: KindRestored}})
 	assert.Equal(t, summary{Added: paths("sub/out")}, summarize(status(t, w)))
+}
+
+// TestWatchDirectoryReplacedInPlace: a watched directory removed and made again at once usually
+// gets its old inode number back (ext4, tmpfs). The watch must still treat it as a new
+// directory, add a watch for it and list it: before, the same inode made it look unchanged,
+// so nothing created in it afterwards was ever seen, and Status (with nothing pending) said so.
+// This is what made TestWatchUnderRandomFaults miss a "dirN/f" now and then.
+// With statFails, the first look at the removed directory fails (EIO): it must stay "removed
+// since" until it is read, not count as the same directory once its inode number is back.
+func TestWatchDirectoryReplacedInPlace(t *testing.T) {
+	for _, statFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("statFails=%v", statFails), func(t *testing.T) { testDirectoryReplacedInPlace(t, statFails) })
+	}
+}
+
+func testDirectoryReplacedInPlace(t *testing.T, statFails bool) {
+	reused := 0
+	for attempt := 0; attempt < 20 && reused < 3; attempt++ {
+		root := mkTree(t, map[string]string{"keep.txt": "k\n", "d/old.txt": "old\n"})
+		age(t, root)
+		spec := Spec{Root: root}
+		base := scanT(t, spec, nil)
+		log := &batchLog{signal: make(chan struct{}, 1)}
+		var failOnce atomic.Bool
+		fault := func(op, path string) error {
+			if op == opStat && path == "d" && failOnce.CompareAndSwap(true, false) {
+				return syscall.EIO
+			}
+			return nil
+		}
+		w, err := Watch(context.Background(), spec, base, WatchOptions{Debounce: 20 * time.Millisecond, fault: fault}, log.emit)
+		require.NoError(t, err)
+		d := filepath.Join(root, "d")
+		before, err := os.Stat(d)
+		require.NoError(t, err)
+		if statFails {
+			failOnce.Store(true)
+			require.NoError(t, os.RemoveAll(d))
+			_, err = w.Status(context.Background()) // the removal is seen, but "d" cannot be looked at
+			require.NoError(t, err)
+			require.False(t, failOnce.Load(), "the injected stat failure was not reached")
+		} else {
+			require.NoError(t, os.RemoveAll(d))
+		}
+		require.NoError(t, os.Mkdir(d, 0o755)) // within one debounce window: one batch
+		after, err := os.Stat(d)
+		require.NoError(t, err)
+		if !os.SameFile(before, after) {
+			require.NoError(t, w.Close())
+			continue // a new inode number: not the case under test
+		}
+		reused++
+		// let the watch process the batch, then create a file in the new directory
+		_, err = w.Status(context.Background())
+		require.NoError(t, err)
+		write(t, root, "d/new.txt", "new\n")
+		rep, err := w.Status(context.Background())
+		require.NoError(t, err)
+		want, _, err := Check(context.Background(), spec, base, CheckOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, summarize(want), summarize(rep), "attempt %d: the watch missed a file in a directory made again in place", attempt)
+		require.NoError(t, w.Close())
+	}
+	if reused == 0 {
+		t.Skip("this file system never gave a removed directory's inode number to the next one")
+	}
 }

@@ -66,9 +66,11 @@ func (e *Engine) PlanResume(ctx context.Context, req ResumeRequest) (ResumePlan,
 	}
 	in, cp := g.Input, g.Checkpoint
 	rp := ResumePlan{Checkpoint: cp, Corrupt: g.Input.Corrupt, Rollback: view}
-	if cp != nil { // sources recorded with the checkpoint: drift is a problem (engine/drift.go)
+	if cp != nil && !req.NoDrift { // sources recorded with the checkpoint: drift is a problem (engine/drift.go)
 		rp.Drift, in.Drift = e.planDrift(ctx, cp.CheckpointID)
 		in.DriftAsWarning = req.DriftAsWarning
+	}
+	if cp != nil {
 		if rp.Validation, err = e.ValidationOf(ctx, cp.Summary); err != nil {
 			return ResumePlan{}, err
 		}
@@ -113,6 +115,9 @@ type ResumeRequest struct {
 	WorkflowHash string // the caller's workflow hash; empty: not compared
 	// DriftAsWarning reports drift of the recorded sources as a warning, not a problem.
 	DriftAsWarning bool
+	// NoDrift plans without checking the recorded sources at all (no tree is read): what
+	// ckptd ls shows for every workflow.
+	NoDrift bool
 	// Rollback plans from the target of a rollback (ToCheckpointID, else the unfinished
 	// rollback's, else the newest checkpoint whose validation did not fail; none: a full
 	// rollback) and lists the compensations to run first.

@@ -6,6 +6,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/ckptd/ckptd/resume"
 )
@@ -406,6 +407,19 @@ type DBStats struct {
 	// BlobCache is this process's in-memory cache of LangGraph channel values (lg/get, lg/list
 	// serve cached values by their stored SHA-256 instead of re-reading them).
 	BlobCache BlobCacheStats `json:"blobCache"`
+	// WritesStopped is present once the database stopped accepting writes (store.Condition):
+	// every write then answers -32006 with data.reason = WritesStopped.Reason.
+	WritesStopped *WritesStopped `json:"writesStopped,omitempty"`
+}
+
+// WritesStopped is DBStats.WritesStopped.
+type WritesStopped struct {
+	// Reason: "database damaged", "database file removed", "database file replaced" or
+	// "disk full" (opened read-only).
+	Reason string `json:"reason"`
+	// Detail says what was seen and what to do.
+	Detail string    `json:"detail"`
+	Since  time.Time `json:"since"`
 }
 
 // BlobCacheStats is DBStats.BlobCache.

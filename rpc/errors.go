@@ -111,6 +111,10 @@ func storeError(err error) *jsonrpc2.Error {
 	if errors.As(err, &ie) {
 		return invalidParams(ie.Field, ie.Reason)
 	}
+	var ue *store.UnavailableError
+	if errors.As(err, &ue) { // the backend stopped writing: data.reason is the stable Reason
+		return rpcError(protocol.CodeUnavailable, err.Error(), map[string]string{"reason": ue.Reason})
+	}
 	var tl *store.TooLargeError
 	if errors.As(err, &tl) {
 		return rpcError(protocol.CodeTooLarge, err.Error(), map[string]int64{"limit": tl.Limit, "size": tl.Size})

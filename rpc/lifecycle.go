@@ -77,11 +77,20 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	db, err := s.store.Stats(ctx)
 	if err != nil {
-		return reply{}, storeError(err)
+		if s.store.Condition().Writable() {
+			return reply{}, storeError(err)
+		}
+		// a damaged database may not count: stats still answers, saying why (writesStopped)
+		s.log.Warn("stats: cannot count the database", "error", err)
+		db.Path = s.store.About().Location
 	}
 	health, err := s.store.Health(ctx)
 	if err != nil { // diagnostics only: stats still answers
 		s.log.Warn("stats: cannot read the backend's health figures", "error", err)
+	}
+	var stopped *protocol.WritesStopped
+	if c := s.store.Condition(); !c.Writable() {
+		stopped = &protocol.WritesStopped{Reason: c.Reason, Detail: c.Detail, Since: c.Since.UTC()}
 	}
 	return reply{result: protocol.StatsResult{
 		UptimeSeconds: time.Since(s.started).Seconds(),
@@ -98,6 +107,7 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 			Pragmas:           health.SettingsMap(),
 			Compaction:        protocol.CompactionStats(s.store.CompactionStats()),
 			BlobCache:         protocol.BlobCacheStats(s.store.BlobCacheStats()),
+			WritesStopped:     stopped,
 		},
 	}}, nil
 }

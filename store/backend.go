@@ -9,7 +9,8 @@ import (
 // The storage contract: what ckptd asks of a database, in small roles. A backend (store/sqlite;
 // PostgreSQL next) implements Backend; callers take the role they need. Every method is safe
 // for concurrent use. Errors are ErrNotFound, ErrConflict, ErrTooLarge (*TooLargeError),
-// ErrUnavailable (the storage itself is failing), ErrClosed, *InvalidError and *CorruptError,
+// ErrUnavailable (the storage itself is failing; *UnavailableError when the backend stopped
+// writing, see Condition), ErrClosed, *InvalidError and *CorruptError,
 // wrapped with context; callers test them with errors.Is / errors.As.
 
 // Checkpoints stores, reads and removes checkpoints (checkpoint/*).
@@ -138,6 +139,9 @@ type Maintenance interface {
 	Usage(ctx context.Context) (Usage, error)
 	// Health reports the backend's own figures and settings.
 	Health(ctx context.Context) (Health, error)
+	// Condition reports whether the backend still accepts writes, and if not why (the database
+	// is damaged, its file was removed or replaced, the disk was full at open). It never blocks.
+	Condition() Condition
 	// Verify re-checks every stored state (decoding and SHA-256): one CorruptError per corrupt
 	// checkpoint, one with an empty CheckpointID per database-level problem. progress, if not
 	// nil, is called with the number of states checked.

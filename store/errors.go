@@ -55,3 +55,41 @@ func (e *TooLargeError) Error() string {
 
 // Is makes errors.Is(err, ErrTooLarge) true.
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// Why a backend stops accepting writes (Condition.Reason, and the reason of the -32006 error
+// that refuses a write on the wire). Short and stable: clients may match them.
+const (
+	// ReasonDamaged: the database reported corruption (a damaged page, not a SQLite file any
+	// more). Writing could spread the damage; reads of what is intact keep working.
+	ReasonDamaged = "database damaged"
+	// ReasonRemoved: the database file was deleted (or its directory) while open: whatever is
+	// written now is gone once the process exits.
+	ReasonRemoved = "database file removed"
+	// ReasonReplaced: another file now sits at the database's path (renamed over it): writes
+	// would go to a file no one else can open.
+	ReasonReplaced = "database file replaced"
+	// ReasonDiskFull: the disk was full when the database was opened, so it was opened
+	// read-only.
+	ReasonDiskFull = "disk full"
+	// ReasonReadOnly: the backend was opened read-only on purpose (a tool that only reads,
+	// such as ckptd recover reading a damaged database).
+	ReasonReadOnly = "opened read-only"
+)
+
+// UnavailableError is a write refused because of the backend's Condition: Reason is one of the
+// Reason constants, Detail says what was seen and what to do. It matches ErrUnavailable with
+// errors.Is.
+type UnavailableError struct {
+	Reason string
+	Detail string
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Detail == "" {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Detail
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }

@@ -94,3 +94,27 @@ func manifestProblem(c ManifestChecker, header, ids []byte, chunks map[string]st
 	}
 	return ""
 }
+
+// CheckManifest checks one manifest as a backend returned it (Manifests.Manifest, or a
+// checkpoint's Manifest): its shape, its header, each chunk against its id and each entry
+// against its key, with c (drift.StoredChecker). nil when a drift check could load it.
+func CheckManifest(c ManifestChecker, m ManifestRecord) error {
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("source manifest: %w", err)
+	}
+	if err := c.CheckHeader(m.Header); err != nil {
+		return fmt.Errorf("source manifest header: %w", err)
+	}
+	for _, ch := range m.Chunks {
+		if err := c.CheckChunk(ch.ID, ch.Keys); err != nil {
+			return fmt.Errorf("entry chunk %s: %w", hex.EncodeToString(ch.ID), err)
+		}
+		for i, data := range ch.Entries {
+			key := ch.Keys[i*ManifestKeyLen : (i+1)*ManifestKeyLen]
+			if err := c.CheckEntry(key, data); err != nil {
+				return fmt.Errorf("file entry %s: %w", hex.EncodeToString(key), err)
+			}
+		}
+	}
+	return nil
+}

@@ -310,6 +310,39 @@ func (h Health) SettingsMap() map[string]string {
 	return m
 }
 
+// Condition says whether a backend still accepts writes. The zero value is a healthy backend.
+// Once a backend stops writing (Reason set) it stays so until it is closed: every write fails
+// with an *UnavailableError carrying Reason and Detail, while reads keep working where the
+// storage still answers them.
+type Condition struct {
+	// Reason is "" while writes are accepted, else one of the Reason constants (ReasonDamaged,
+	// ReasonRemoved, ReasonReplaced, ReasonDiskFull, ReasonReadOnly).
+	Reason string
+	// Detail says what was seen and what to do about it, for people.
+	Detail string
+	// Since is when the backend stopped writing.
+	Since time.Time
+}
+
+// Writable reports whether writes are accepted.
+func (c Condition) Writable() bool { return c.Reason == "" }
+
+// Err is the error a refused write gets: nil while writes are accepted.
+func (c Condition) Err() error {
+	if c.Writable() {
+		return nil
+	}
+	return &UnavailableError{Reason: c.Reason, Detail: c.Detail}
+}
+
+// Failed reports a condition in which data already acknowledged may be lost or unreadable (the
+// database is damaged, or its file is gone or replaced): a process exiting in it should say so
+// with its exit status. A disk that was full at open, or a read-only open, is not a failure:
+// nothing was lost.
+func (c Condition) Failed() bool {
+	return !c.Writable() && c.Reason != ReasonDiskFull && c.Reason != ReasonReadOnly
+}
+
 // About names a backend and its database for people.
 type About struct {
 	Name     string // "SQLite"

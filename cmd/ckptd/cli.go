@@ -21,6 +21,15 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
+// exitStatus makes a command exit with that status once it has reported what it found.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// exitNoSources is ckptd drift's exit status when the checkpoint has no sources recorded:
+// nothing to compare (neither "no drift", 0, nor "drifted", 1).
+const exitNoSources = 3
+
 // cliMaxStateBytes is the state size limit of CLI commands: generous, so that states saved by a
 // sidecar with a larger --max-state-size still decode (and are not reported as corrupt).
 const cliMaxStateBytes = 4 << 30
@@ -71,6 +80,39 @@ func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(
 		}
 	}()
 	return f(st)
+}
+
+// newFlagSet returns the flag set of a subcommand. Help asked for (-h, --help) prints the usage
+// and flags to stdout (exit 0); a flag error prints the error, then the usage, to stderr (exit 2).
+func newFlagSet(e *env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("ckptd "+name, flag.ContinueOnError)
+	errs := &flagErrors{w: e.stderr}
+	fs.SetOutput(errs)
+	fs.Usage = func() {
+		// The flag package calls Usage for -h/--help, and after writing a parse error: only
+		// then has something been written to the error stream.
+		w := e.stdout
+		if errs.wrote {
+			w = e.stderr
+		}
+		fmt.Fprint(w, usage)
+		fmt.Fprintln(w, "\nflags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(errs)
+	}
+	return fs
+}
+
+// flagErrors is a flag set's error stream; it remembers that an error was written.
+type flagErrors struct {
+	w     io.Writer
+	wrote bool
+}
+
+func (f *flagErrors) Write(p []byte) (int, error) {
+	f.wrote = true
+	return f.w.Write(p)
 }
 
 // parseArgs parses flags that may come before, between or after positional arguments

@@ -273,8 +273,9 @@ func fillStandard(db *cliDB) *cliDB {
 	return db
 }
 
-// TestCLIHelpEveryCommand: every subcommand has --help with an example (exit 0) and turns an
-// unknown flag into a usage error (exit 2).
+// TestCLIHelpEveryCommand: every subcommand has --help (and -h, and ckptd help COMMAND) with an
+// example, printed to stdout with exit 0 (help asked for is output, #19 point 7); an unknown flag
+// is a usage error on stderr (exit 2).
 func TestCLIHelpEveryCommand(t *testing.T) {
 	t.Parallel()
 	for _, c := range commands() {
@@ -282,16 +283,40 @@ func TestCLIHelpEveryCommand(t *testing.T) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			res := cliRun(t, nil, c.name, "--help")
-			assert.Equal(t, exitOK, res.code, res.stderr)
-			assert.Contains(t, res.stderr, "usage: ckptd")
-			assert.Contains(t, res.stderr, "example")
-			assert.Contains(t, res.stderr, "-db")
-			res = cliRun(t, nil, c.name, "--no-such-flag")
+			for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
+				res := cliRun(t, nil, args...)
+				assert.Equal(t, exitOK, res.code, res.stderr)
+				assert.Contains(t, res.stdout, "usage: ckptd", args)
+				assert.Contains(t, res.stdout, "example", args)
+				assert.Contains(t, res.stdout, "-db", args)
+				assert.Empty(t, res.stderr, args)
+			}
+			res := cliRun(t, nil, c.name, "--no-such-flag")
 			assert.Equal(t, exitUsage, res.code, res.stderr)
 			assert.Contains(t, res.stderr, "no-such-flag")
+			assert.Contains(t, res.stderr, "usage: ckptd")
+			assert.Empty(t, res.stdout)
 		})
 	}
+}
+
+// TestCLIHelp: ckptd --help (-h, help) lists every subcommand on stdout, exit 0 (#19 point 7).
+func TestCLIHelp(t *testing.T) {
+	t.Parallel()
+	res := cliRun(t, nil, "--help")
+	cliGolden(t, "help", "", res)
+	for _, args := range [][]string{{"-h"}, {"help"}, {"-help"}} {
+		again := cliRun(t, nil, args...)
+		assert.Equal(t, res.stdout, again.stdout, args)
+		assert.Equal(t, exitOK, again.code, args)
+	}
+	assert.Equal(t, exitOK, res.code)
+	for _, c := range commands() {
+		assert.Contains(t, res.stdout, "  "+c.name+" ", "ckptd --help lists %s", c.name)
+	}
+	res = cliRun(t, nil, "no-such-command")
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "unknown command")
 }
 
 // TestCLIMissingDatabase: commands that read never create a database; they exit 1 naming it.

@@ -320,7 +320,13 @@ func TestCorruptionDetected(t *testing.T) {
 	require.NotNil(t, m.Error)
 	assert.Equal(t, -32005, m.Error.Code)
 	assert.Contains(t, string(m.Error.Data), `"corrupt"`)
-	d.shutdownWait()
+	// SQLite found the file damaged (at open): no more writes (TestDamagedDatabaseNotWritten),
+	// and the exit status says so.
+	e := d.callErr("checkpoint/save", map[string]any{"workflowId": "wf-pages", "state": map[string]any{}}, nil)
+	assert.Equal(t, -32006, e.Code)
+	d.call("shutdown", nil, nil, nil)
+	var ee *exec.ExitError
+	require.ErrorAs(t, waitExit(d.cmd, 20*time.Second), &ee)
 
 	// --- ckptd verify lists every corrupt checkpoint and exits 1
 	for _, tc := range []struct {
@@ -396,9 +402,10 @@ func dbPageSize(t *testing.T, path string) int {
 	return ps
 }
 
-// TestStartupRefusesDamagedFile: a database file that is truncated, empty (and not brand new) or
+// TestStartupRefusesDamagedFile: a database file that is truncated, has lost its first page, or is
 // not SQLite at all gives a clear startup error naming the file and a non-zero exit, and the
-// file is left exactly as it was (never replaced by a new empty database).
+// file is left exactly as it was (never replaced by a new empty database). (An empty file holds
+// nothing: it is a new database, TestStartAfterInterruptedCreation.)
 func TestStartupRefusesDamagedFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
@@ -426,7 +433,8 @@ func TestStartupRefusesDamagedFile(t *testing.T) {
 		{"header only", full[:60], time.Time{}, "truncated"},
 		{"not sqlite", []byte(strings.Repeat("this is not a database\n", 300)), time.Time{}, "not a SQLite database"},
 		{"bad page size", append(hdr, make([]byte, 4096-100)...), time.Time{}, "page size"},
-		{"old empty file", nil, old, "empty file"},
+		{"first page zeroed", append(make([]byte, pageSize), full[pageSize:]...), old, "not a SQLite database"},
+		{"all zeros, too large to be unwritten", make([]byte, 128<<10), old, "not a SQLite database"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -176,3 +176,43 @@ func (d *daemon) stderrText() string {
 	}
 	return d.stderr.String()
 }
+
+// TestDiskFullAtRestart (#20): a database saved to, cleanly stopped, and the disk then filled:
+// the next start used to refuse ("disk I/O error (4874)": SQLite could not size its WAL index).
+// It now starts read-only: every checkpoint loads, writes answer -32006 with reason "disk full",
+// stats and the log say the disk is full, and the exit status is 0 (nothing was lost).
+func TestDiskFullAtRestart(t *testing.T) {
+	if ok, why := canMountTmpfs(t); !ok {
+		t.Skip(why)
+	}
+	var frames []byte
+	states := map[string][]byte{}
+	for i := 0; i < 5; i++ {
+		id := "c-" + strconv.Itoa(i)
+		states[id] = randomBytes(3000)
+		body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(i+1) + `,"method":"checkpoint/save","params":{"workflowId":"w","checkpointId":"` +
+			id + `","step":` + strconv.Itoa(i) + `,"stateAttachment":true,"stateType":"bytes"}}`
+		frames = framing.AppendFrame(frames, []byte(body), states[id], true)
+	}
+	framesFile := filepath.Join(t.TempDir(), "saves.frames")
+	require.NoError(t, os.WriteFile(framesFile, frames, 0o600))
+	// first run: the saves, then a clean exit at EOF; then fill the disk; then the restart
+	pre := `"$3" --db "$1/c.db" --keep-last 0 <"$FRAMES" >/dev/null 2>&1 || echo "first run: exit $?" >&2
+ls "$1" >&2
+dd if=/dev/zero of="$1/filler" bs=16k 2>/dev/null
+true`
+	t.Setenv("FRAMES", framesFile)
+	d, _ := startDaemonOnTmpfs(t, "2m", pre, "--keep-last", "0")
+	require.NotContains(t, d.stderrText(), "first run")
+	for id, st := range states {
+		m := d.call("checkpoint/load", map[string]any{"checkpointId": id, "attachment": true}, nil, nil)
+		require.Equal(t, sha(st), sha(m.Attachment), id)
+	}
+	var list struct{ Checkpoints []map[string]any }
+	d.call("checkpoint/list", map[string]any{"workflowId": "w"}, nil, &list)
+	assert.Len(t, list.Checkpoints, len(states))
+	checkWritesRefused(t, d, "disk full")
+	assert.Contains(t, d.stderrText(), "disk full")
+	d.call("shutdown", nil, nil, nil)
+	require.NoError(t, waitExit(d.cmd, 20*time.Second), "a read-only start on a full disk lost nothing: exit 0; stderr:\n%s", d.stderrText())
+}

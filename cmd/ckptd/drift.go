@@ -17,7 +17,8 @@ const driftUsage = `usage: ckptd drift WORKFLOW [flags]
 Compares the source files recorded with a workflow's latest checkpoint (the sources given to
 checkpoint/save, or set with workflow/configure) with the files on disk now, and lists what
 changed, was added or was deleted: what drift/status answers. Exits 0 when nothing drifted,
-1 when something did (or the checkpoint has no sources recorded), 2 on usage errors.
+1 when something did, 3 when the checkpoint has no sources recorded (nothing to compare: neither
+"no drift" nor "drifted"), 2 on usage errors.
 
 examples:
   ckptd drift wf-1
@@ -71,7 +72,7 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		case err != nil:
 			return err
 		case !ref.HasManifest:
-			return fmt.Errorf("no sources recorded for checkpoint %s (save it with sources, or set them with workflow/configure)", ref.CheckpointID)
+			return driftNoSources(e, ref, *asJSON)
 		}
 		base, err := eng.Manifest(ctx, ref)
 		if err != nil {
@@ -147,4 +148,33 @@ func driftText(w io.Writer, ref store.ManifestRef, ds protocol.DriftStatus) erro
 		}
 	}
 	return nil
+}
+
+// driftNoSources reports a checkpoint saved without sources: there is nothing to compare, which
+// is neither "no drift" nor "drifted" (exit status 3).
+func driftNoSources(e *env, ref store.ManifestRef, asJSON bool) error {
+	const hint = "save checkpoints with sources (checkpoint/save's sources), or set them for the workflow with workflow/configure"
+	if asJSON {
+		if err := printJSON(e.stdout, map[string]any{"checkpointId": ref.CheckpointID, "workflowId": ref.WorkflowID,
+			"namespace": ref.Namespace, "sourcesRecorded": false, "drifted": nil, "reason": "no sources recorded: " + hint}); err != nil {
+			return err
+		}
+		return exitStatus(exitNoSources)
+	}
+	tw := newTable(e.stdout)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("workflow", ref.WorkflowID)
+	row("namespace", orDash(ref.Namespace))
+	step := fmt.Sprintf("step %d", ref.Step)
+	if ref.StepName != "" {
+		step += fmt.Sprintf(" %q", ref.StepName)
+	}
+	row("checkpoint", fmt.Sprintf("%s (seq %d, %s, %s)", ref.CheckpointID, ref.Seq, step, ref.Phase))
+	row("sources", "none recorded")
+	row("drifted", "unknown: nothing to compare")
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nTo check drift, %s.\n", hint)
+	return exitStatus(exitNoSources)
 }

@@ -338,8 +338,9 @@ func TestCLIExportImportSources(t *testing.T) {
 	same("drift", "wf-src")
 	same("drift", "wf-src", "--checkpoint", "c-1")
 	res = cliRun(t, nil, "drift", "wf-src", "--checkpoint", "c-2", "--db", dstDB)
-	assert.Equal(t, exitProblem, res.code)
-	assert.Contains(t, res.stderr, "no sources recorded for checkpoint c-2")
+	assert.Equal(t, exitNoSources, res.code)
+	assert.Contains(t, res.stdout, "c-2")
+	assert.Contains(t, res.stdout, "none recorded")
 }
 
 // TestCLIImportSourcesRoot: with --sources-root, checkpoints whose sources moved (another

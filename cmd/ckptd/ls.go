@@ -3,19 +3,23 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
+	"github.com/ckptd/ckptd/resume"
 	"github.com/ckptd/ckptd/store"
 )
 
 const lsUsage = `usage: ckptd ls [WORKFLOW] [flags]
 
 Without WORKFLOW: every workflow, most recently updated first (checkpoints, latest phase and
-step, last update, whether it can be resumed, stored size). With WORKFLOW: its checkpoints,
-newest first, with the status of the validation saved with each (a VALIDATION column, when any
-has one); --validation keeps those of one status. --json prints the same objects as
-workflow/list and checkpoint/list.
+step, last update, whether it can be resumed, stored size). RESUMABLE is what 'ckptd plan
+WORKFLOW' answers without a workflow hash or source drift: "yes", or "no (why)" (completed,
+corrupt checkpoint, failed and not retryable, ...); LATEST says CORRUPT when the latest
+checkpoint fails verification. With WORKFLOW: its checkpoints, newest first, with the status of
+the validation saved with each (a VALIDATION column, when any has one); --validation keeps those
+of one status. --json prints the same objects as workflow/list and checkpoint/list.
 
 examples:
   ckptd ls
@@ -77,26 +81,29 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, a
 		}
 		return printJSON(e.stdout, out)
 	}
-	if len(ws) == 0 {
-		fmt.Fprintln(e.stderr, "no workflows")
+	if len(ws) == 0 && !resumableOnly {
+		return lsNoWorkflows(ctx, e, st)
+	}
+	var rows []string
+	for _, w := range ws {
+		latest, resumable, err := lsResumable(ctx, st, w)
+		if err != nil {
+			return err
+		}
+		if resumableOnly && resumable != "yes" {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, latest, fmtTime(w.UpdatedAt),
+			resumable, fmtBytes(w.StoredBytes)))
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(e.stderr, "no resumable workflows")
 		return nil
 	}
 	tw := newTable(e.stdout)
 	fmt.Fprintln(tw, "WORKFLOW\tCHECKPOINTS\tLATEST\tUPDATED\tRESUMABLE\tSTORED")
-	for _, w := range ws {
-		latest := "-"
-		if w.Latest != nil {
-			latest = fmt.Sprintf("step %d (%s)", w.Latest.Step, w.Latest.Phase)
-		}
-		resumable := "yes"
-		switch {
-		case w.Completed:
-			resumable = "no (completed)"
-		case w.Count == 0:
-			resumable = "no (empty)"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, latest, fmtTime(w.UpdatedAt), resumable,
-			fmtBytes(w.StoredBytes))
+	for _, r := range rows {
+		fmt.Fprint(tw, r)
 	}
 	return tw.Flush()
 }
@@ -157,4 +164,59 @@ func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns 
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// lsResumable is a workflow's LATEST and RESUMABLE cells: RESUMABLE is what ckptd plan WORKFLOW
+// answers (its latest checkpoint verified, without a workflow hash or source drift), LATEST is
+// marked CORRUPT when the latest checkpoint fails verification.
+func lsResumable(ctx context.Context, st store.Backend, w store.WorkflowInfo) (latest, resumable string, err error) {
+	latest = "-"
+	if w.Latest == nil {
+		if w.Completed {
+			return latest, "no (completed)", nil
+		}
+		return latest, "no (empty)", nil
+	}
+	latest = fmt.Sprintf("step %d (%s)", w.Latest.Step, w.Latest.Phase)
+	req := engine.ResumeRequest{WorkflowID: w.WorkflowID, Namespace: w.Latest.Namespace, NoDrift: true}
+	rp, err := engine.New(st, slog.New(slog.DiscardHandler)).PlanResume(ctx, req)
+	if err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", w.WorkflowID, err)
+	}
+	for _, c := range rp.Corrupt {
+		if c.CheckpointID == w.Latest.CheckpointID {
+			latest += " CORRUPT"
+		}
+	}
+	if !rp.Blocked(false) {
+		return latest, "yes", nil
+	}
+	why := map[string]string{resume.CodeWorkflowCompleted: "completed", resume.CodeCorrupt: "corrupt checkpoint",
+		resume.CodeNoIntactCheckpoint: "every checkpoint corrupt", resume.CodeNotRetryable: "failed, not retryable",
+		resume.CodeSchemaVersion: "newer format"}
+	for _, code := range []string{resume.CodeWorkflowCompleted, resume.CodeNoIntactCheckpoint, resume.CodeCorrupt,
+		resume.CodeNotRetryable, resume.CodeSchemaVersion} {
+		for _, p := range rp.Problems {
+			if p.Code == code {
+				return latest, "no (" + why[code] + ")", nil
+			}
+		}
+	}
+	return latest, "no (" + rp.Problems[0].Code + ")", nil
+}
+
+// lsNoWorkflows says there are no workflows, and where to look when the database holds
+// LangGraph threads instead (the LangGraph savers store threads, which ckptd threads lists).
+func lsNoWorkflows(ctx context.Context, e *env, st store.Backend) error {
+	threads, err := st.LGThreads(ctx)
+	if err != nil {
+		return err
+	}
+	if len(threads) == 0 {
+		fmt.Fprintln(e.stderr, "no workflows")
+		return nil
+	}
+	fmt.Fprintf(e.stderr, "no workflows (checkpoint/save); this database holds %s saved by a LangGraph saver: "+
+		"run 'ckptd threads' to list them\n", plural(len(threads), "LangGraph thread", "LangGraph threads"))
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -56,4 +57,27 @@ func TestCLILsEmpty(t *testing.T) {
 	db := newCLIDB(t, nil)
 	db.close()
 	cliGolden(t, "ls-empty", db.dir, cliRun(t, nil, "ls", "--db", db.path))
+}
+
+// TestCLILsFirstHour (#19 point 7): RESUMABLE agrees with ckptd plan (never "yes" for a
+// completed workflow or one whose failure is not retryable), a corrupt latest checkpoint is
+// marked, and a database of LangGraph threads only says so and points to ckptd threads.
+func TestCLILsFirstHour(t *testing.T) {
+	t.Parallel()
+	db := standardFixture(t)
+	db.corruptState("a-3")
+	res := cliRun(t, nil, "ls", "--db", db.path)
+	cliGolden(t, "ls-corrupt-latest", db.dir, res)
+	for _, line := range strings.Split(res.stdout, "\n") {
+		if strings.HasPrefix(line, "wf-done") || strings.HasPrefix(line, "wf-beta") || strings.HasPrefix(line, "wf-alpha") {
+			assert.NotContains(t, line, " yes ", "plan blocks it: %s", line)
+		}
+	}
+	for _, wf := range []string{"wf-alpha", "wf-beta", "wf-done"} {
+		assert.Equal(t, exitProblem, cliRun(t, nil, "plan", wf, "--db", db.path).code, "%s: ls and plan agree", wf)
+	}
+	cliGolden(t, "ls-corrupt-latest-resumable", db.dir, cliRun(t, nil, "ls", "--resumable", "--db", db.path))
+
+	lg := lgFixture(t)
+	cliGolden(t, "ls-threads-only", lg.dir, cliRun(t, nil, "ls", "--db", lg.path))
 }

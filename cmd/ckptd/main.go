@@ -54,6 +54,7 @@ func commands() []command {
 		{"export", "write a workflow to a portable archive", runExport},
 		{"import", "read a workflow from an archive", runImport},
 		{"stats", "database size, counts and largest workflows", runStats},
+		{"recover", "copy what still verifies out of a damaged database into a new one", runRecover},
 		{"version", "print the version, commit and Go version (also: ckptd --version)", runVersion},
 	}
 }
@@ -74,7 +75,10 @@ func run(ctx context.Context, e *env, args []string) int {
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
 		name, rest = "version", nil
 	}
-	if name == "help" {
+	if name == "help" && len(rest) > 0 { // ckptd help COMMAND
+		return run(ctx, e, []string{rest[0], "--help"})
+	}
+	if name == "help" || len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		printUsage(e.stdout)
 		return exitOK
 	}
@@ -84,7 +88,10 @@ func run(ctx context.Context, e *env, args []string) int {
 		}
 		err := c.run(ctx, e, rest)
 		var ue usageError
+		var code exitStatus
 		switch {
+		case errors.As(err, &code):
+			return int(code)
 		case err == nil:
 			return exitOK
 		case errors.Is(err, errHelp):
@@ -116,5 +123,7 @@ func printUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'ckptd COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'ckptd COMMAND --help' (or 'ckptd help COMMAND') for a command's flags and examples;")
+	fmt.Fprintln(w, "'ckptd serve --help' for the sidecar's. Exit status: 0 ok, 1 a problem was found, 2 usage")
+	fmt.Fprintln(w, "(ckptd drift: 3 when no sources were recorded, so nothing could be compared).")
 }

@@ -179,6 +179,10 @@ func (r planReport) text(w io.Writer) error {
 		if r.Plan.Retry {
 			resumeAt = fmt.Sprintf("retry step %d", r.Plan.StartStep)
 		}
+		if !r.OK { // the problems win: say so before naming the step
+			resumeAt = fmt.Sprintf("blocked by %s (below); only if forced (resume/plan with force: true) would it %s",
+				plural(len(r.Problems), "problem", "problems"), resumeAt)
+		}
 		row("resume", resumeAt)
 		row("reason", r.Plan.Reason)
 		row("tasks", fmt.Sprintf("%d completed, %d pending", cp.CompletedTasks, cp.PendingTasks))

@@ -8,10 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/ckptd/ckptd/rpc"
 	"github.com/ckptd/ckptd/store"
@@ -86,17 +89,6 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-func newFlagSet(e *env, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("ckptd "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprint(e.stderr, usage)
-		fmt.Fprintln(e.stderr, "\nflags:")
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
 // parseFlags parses args and maps flag errors to usage errors.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
@@ -123,6 +115,12 @@ example:
 const serveGCPercent = 400
 
 func runServe(ctx context.Context, e *env, args []string) error {
+	// A client that dies closes the read ends of our stdout and stderr. Go's default for a write
+	// to a broken pipe on fd 1 or 2 is to die of SIGPIPE, losing the clean shutdown (WAL
+	// checkpoint, the exit status that says whether everything acknowledged is on disk). Ignored,
+	// the write fails with EPIPE instead: a reply that cannot be sent stops Serve, a log line that
+	// cannot be written is dropped. Set before the first log line (opening the database logs).
+	signal.Ignore(syscall.SIGPIPE)
 	var g globalFlags
 	fs := newFlagSet(e, "serve", serveUsage)
 	g.register(fs)
@@ -190,6 +188,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	serveErr := srv.Serve(ctx, e.stdin, e.stdout)
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", displayDB(path), err)
+	}
+	if c := st.Condition(); c.Failed() { // what was acknowledged may be lost: say so in the exit status
+		return fmt.Errorf("stopped, database not written since %s: %s", c.Since.UTC().Format(time.RFC3339), c.Err())
 	}
 	if serveErr != nil {
 		// Every acknowledged save is committed, but the connection was not ended by the

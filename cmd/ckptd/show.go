@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -57,6 +58,9 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	id := pos[0]
 	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		in, err := st.Inspect(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return showNotFound(ctx, st, id, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -276,4 +280,37 @@ func orEmptyArray(raw json.RawMessage) json.RawMessage {
 		return json.RawMessage("[]")
 	}
 	return raw
+}
+
+// showNotFound explains an unknown checkpoint id: when it names a LangGraph checkpoint (saved by
+// a LangGraph saver, listed by ckptd threads), it says which command shows it.
+func showNotFound(ctx context.Context, st store.Backend, id string, notFound error) error {
+	threads, err := st.LGThreads(ctx)
+	if err != nil {
+		return notFound
+	}
+	var cmds []string
+	for _, t := range threads {
+		if tu, err := st.LGGet(ctx, t.ThreadID, "", id); err == nil && tu != nil {
+			cmds = append(cmds, fmt.Sprintf("ckptd threads %s --checkpoint %s", t.ThreadID, id))
+			continue
+		}
+		if t.Namespaces < 2 {
+			continue
+		}
+		infos, err := st.LGThreadCheckpoints(ctx, t.ThreadID, nil, 0)
+		if err != nil {
+			continue
+		}
+		for _, in := range infos {
+			if in.CheckpointID == id && in.Namespace != "" {
+				cmds = append(cmds, fmt.Sprintf("ckptd threads %s --checkpoint %s --namespace %s", t.ThreadID, id, in.Namespace))
+			}
+		}
+	}
+	if len(cmds) == 0 {
+		return notFound
+	}
+	return fmt.Errorf("%s is not a checkpoint of a workflow but a LangGraph checkpoint (saved by a LangGraph saver); "+
+		"show it with: %s", id, strings.Join(cmds, ", or "))
 }

@@ -81,3 +81,21 @@ func TestCLIShowStateTerminal(t *testing.T) {
 	assert.Equal(t, exitOK, res.code, res.stderr)
 	assert.Contains(t, res.stdout, `"role": "user"`)
 }
+
+// TestCLIShowLangGraphCheckpoint (#19 point 7): show with the id of a LangGraph checkpoint says
+// what it is and which ckptd threads command shows it (with its namespace when not the root).
+func TestCLIShowLangGraphCheckpoint(t *testing.T) {
+	t.Parallel()
+	db := lgFixture(t)
+	res := cliRun(t, nil, "show", "1f0a-0002", "--db", db.path)
+	cliGolden(t, "show-lg-checkpoint", db.dir, res)
+	assert.Equal(t, exitProblem, res.code)
+	assert.Contains(t, res.stderr, "ckptd threads support-42 --checkpoint 1f0a-0002")
+	res = cliRun(t, nil, "show", "1f0a-0003", "--db", db.path)
+	cliGolden(t, "show-lg-checkpoint-namespace", db.dir, res)
+	assert.Contains(t, res.stderr, "ckptd threads support-42 --checkpoint 1f0a-0003 --namespace tools:7d1e")
+	// the command it names works
+	res = cliRun(t, nil, "threads", "support-42", "--checkpoint", "1f0a-0003", "--namespace", "tools:7d1e", "--db", db.path)
+	assert.Equal(t, exitOK, res.code, res.stderr)
+	cliGolden(t, "show-lg-unknown", db.dir, cliRun(t, nil, "show", "nope", "--db", db.path))
+}

@@ -97,6 +97,7 @@ type Store struct {
 	bgWG     sync.WaitGroup
 	stopBG   chan struct{}
 
+	cond      atomic.Pointer[store.Condition] // nil: writes accepted (condition.go)
 	onPruned  atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	feed      feed
 	closeOnce sync.Once
@@ -340,7 +341,7 @@ func (s *Store) readTx(ctx context.Context, f func(tx pgx.Tx) error) error {
 	if s.isClosed() {
 		return store.ErrClosed
 	}
-	return s.retry(ctx, func() error {
+	return s.observe(s.retry(ctx, func() error {
 		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 		if err != nil {
 			return err
@@ -350,7 +351,7 @@ func (s *Store) readTx(ctx context.Context, f func(tx pgx.Tx) error) error {
 			return err
 		}
 		return tx.Commit(ctx)
-	})
+	}))
 }
 
 // readRow runs one single-statement read (its own snapshot), retrying while the database cannot
@@ -359,7 +360,7 @@ func (s *Store) readRow(ctx context.Context, q string, args []any, dest ...any) 
 	if s.isClosed() {
 		return store.ErrClosed
 	}
-	return s.retry(ctx, func() error { return s.pool.QueryRow(ctx, q, args...).Scan(dest...) })
+	return s.observe(s.retry(ctx, func() error { return s.pool.QueryRow(ctx, q, args...).Scan(dest...) }))
 }
 
 func (s *Store) idleLoop() {

@@ -222,3 +222,9 @@ func (b *testBackend) LGRows(t testing.TB) (checkpoints, values, writes, meta in
 	}
 	return
 }
+
+// StopWrites stops writes as the store does when the server reports corruption (condition.go).
+func (b *testBackend) StopWrites(t testing.TB, reason, detail string) {
+	t.Helper()
+	b.stopWrites(reason, detail)
+}

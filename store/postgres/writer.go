@@ -284,6 +284,13 @@ func (s *Store) runBatch(batch []*job) {
 	start := time.Now()
 	delay := 5 * time.Millisecond
 	for {
+		if cerr := s.Condition().Err(); cerr != nil { // stopped writing: refuse without a transaction
+			for _, j := range batch {
+				j.err = fmt.Errorf("write: %w", cerr)
+				j.post, j.events = nil, nil
+			}
+			break
+		}
 		err := s.tryBatchSafe(ctx, batch)
 		if err == nil {
 			break
@@ -297,7 +304,9 @@ func (s *Store) runBatch(batch []*job) {
 			continue
 		}
 		var e error
-		if retryable(err) {
+		if s.observe(err); isDamaged(err) {
+			e = fmt.Errorf("write: %w", s.Condition().Err())
+		} else if retryable(err) {
 			e = fmt.Errorf("write: database unavailable for %s: %w: %v", time.Since(start).Round(time.Second), store.ErrUnavailable, err)
 		} else {
 			e = wrapDB("write", err)

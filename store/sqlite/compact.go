@@ -124,6 +124,9 @@ func (s *Store) compactLoop() {
 			if !s.waitCompactTurn() {
 				return
 			}
+			if !s.Condition().Writable() {
+				return // nothing more is written
+			}
 			hashes := s.compact.take(compactBatchBytes)
 			if len(hashes) == 0 {
 				break

@@ -20,6 +20,7 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 		scan := func(table, q string, each func(rows *sql.Rows) error) error {
 			err := scanRows(ctx, tx, q, each)
 			if isCorrupt(err) {
+				s.observe(err)
 				out = append(out, store.LGProblem{Kind: "table", Reason: table + ": " + err.Error()})
 				return nil
 			}

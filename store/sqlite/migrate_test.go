@@ -118,7 +118,7 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 		path    string
 		want    string
 	}{
-		{"empty", []byte{}, "", "empty file"},
+		{"zeros past a page", make([]byte, 100<<10), "", "not a SQLite database"},
 		{"text", []byte("this is my precious text file, not a database at all. " + strings.Repeat("x", 200)), "", "not a SQLite database"},
 		{"short", []byte("SQLite"), "", "not a SQLite database"},
 		{"header only", goodBytes[:50], "", "truncated"},
@@ -145,7 +145,7 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 }
 
 func TestOpenFreshEmptyFileOfAnotherCkptd(t *testing.T) {
-	// another ckptd created (and marked) the file but has not written to it yet
+	// another ckptd created the file but has not written to it yet
 	path := filepath.Join(t.TempDir(), "ckptd.db")
 	created, err := precheckFile(path)
 	require.NoError(t, err)

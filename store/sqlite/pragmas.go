@@ -37,6 +37,9 @@ func (s *Store) Pragmas(ctx context.Context) (map[string]string, error) {
 	if closed {
 		return nil, store.ErrClosed
 	}
+	if s.wconn == nil { // opened read-only: no connection commits saves
+		return nil, fmt.Errorf("read PRAGMAs: %w", s.Condition().Err())
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

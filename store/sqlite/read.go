@@ -143,6 +143,7 @@ func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) 
 		// hash: an explicit load answers -32002 naming it and a latest-load falls back to an
 		// older checkpoint, instead of a storage error (-32006) that names nothing.
 		if isCorrupt(err) {
+			s.observe(err) // and the file is damaged: the store stops writing
 			ce := &store.CorruptError{CheckpointID: fmt.Sprint(arg), Reason: "database page corrupt: " + err.Error()}
 			var id, wf string // best effort: the checkpoint's own row may still be readable
 			if tx.QueryRowContext(ctx, `SELECT c.checkpoint_id, c.workflow_id FROM checkpoints c WHERE `+where, arg).Scan(&id, &wf) == nil {

@@ -317,3 +317,28 @@ func migrateStep(ctx context.Context, conn *sql.Conn, step int) (err error) {
 	_, err = conn.ExecContext(ctx, "COMMIT")
 	return err
 }
+
+// initEmptySchema finishes setting up a database whose creation was interrupted after SQLite
+// wrote its header and before the first migration committed (no schema objects, user_version
+// 0): like a new file, it gets auto_vacuum=INCREMENTAL, which on a file that already has pages
+// takes a VACUUM (instant: there is nothing in it). A database with a schema is left alone.
+func (s *Store) initEmptySchema(ctx context.Context) error {
+	var n, v, av int
+	if err := s.retry(ctx, func() error {
+		return s.wconn.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_schema),
+			(SELECT user_version FROM pragma_user_version), (SELECT auto_vacuum FROM pragma_auto_vacuum)`).Scan(&n, &v, &av)
+	}); err != nil {
+		return wrapDB("read schema", err)
+	}
+	if n > 0 || v > 0 || av == 2 {
+		return nil
+	}
+	s.log.Info("ckptd store: the database has no schema yet (its creation was interrupted): setting it up", "path", s.path)
+	return wrapDB("set up auto_vacuum", s.retry(ctx, func() error {
+		if _, err := s.wconn.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL"); err != nil {
+			return err
+		}
+		_, err := s.wconn.ExecContext(ctx, "VACUUM")
+		return err
+	}))
+}

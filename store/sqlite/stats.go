@@ -50,6 +50,9 @@ func (s *Store) Health(ctx context.Context) (store.Health, error) {
 	}
 	h.Figures = append(h.Figures, store.Figure{Name: "freeBytes", Value: free * pageSize},
 		store.Figure{Name: "pageSize", Value: pageSize}, store.Figure{Name: "pageCount", Value: pageCount})
+	if s.wconn == nil { // opened read-only: no connection commits saves, no settings to report
+		return h, nil
+	}
 	pragmas, err := s.Pragmas(ctx)
 	if err != nil {
 		return h, fmt.Errorf("health: %w", err)
@@ -112,6 +115,7 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 			scanErr = err
 		}
 		if isCorrupt(scanErr) {
+			s.observe(scanErr)
 			// A damaged page of the states table stops the scan: check each checkpoint on its
 			// own instead (loadOne names those whose rows sit on damaged pages), so that every
 			// corrupt checkpoint is still listed, and report the damage itself.
@@ -164,6 +168,7 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 			return out, err
 		}
 		if isDamaged(err) {
+			s.observe(err)
 			return append(out, store.CorruptError{Reason: "database: " + err.Error()}), nil
 		}
 		return out, wrapDB(fmt.Sprintf("verify %s", s.path), err)
@@ -196,6 +201,7 @@ func (s *Store) IntegrityCheck(ctx context.Context) ([]string, error) {
 			return out, err
 		}
 		if isDamaged(err) {
+			s.observe(err)
 			return append(out, "database: "+err.Error()), nil
 		}
 		return out, wrapDB(fmt.Sprintf("integrity check of %s", s.path), err)

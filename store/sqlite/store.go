@@ -95,6 +95,17 @@ type Store struct {
 	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	closeOnce  sync.Once
 	closeErr   error
+
+	// cond is set once the store stops writing (health.go); nil while it writes.
+	cond atomic.Pointer[store.Condition]
+	// files are the database file and WAL as opened (checkFiles).
+	files fileID
+	// immutable: opened read-only without locks around a full disk (openReadOnly).
+	immutable bool
+	// cancelCheck stops a background quick_check (checkAtOpen).
+	cancelCheck context.CancelFunc
+	// gate orders the write transactions of the processes sharing the database (gate_linux.go).
+	gate *writeGate
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -176,7 +187,24 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	if err := s.openConns(ctx, created); err != nil {
 		s.closeConns()
 		cd.Close()
+		if !created && diskFull(abs, err) {
+			// An existing database on a full disk (SQLite could not even size its WAL index):
+			// serve reads, refuse writes, say why.
+			return openReadOnly(ctx, opts, store.Condition{Reason: store.ReasonDiskFull, Since: time.Now(),
+				Detail: fmt.Sprintf("the disk holding %s was full when ckptd started (%v): it opened the database read-only "+
+					"and serves reads; free some space and restart ckptd to save again", abs, err)})
+		}
 		return nil, err
+	}
+	if err := s.warmReadPool(ctx); err != nil {
+		s.closeConns()
+		cd.Close()
+		return nil, fmt.Errorf("open store %s: %w", abs, wrapDB("read", err))
+	}
+	s.recordFiles()
+	s.gate = openGate(abs)
+	if fi, err := os.Stat(abs); err == nil && !created && fi.Size() > syncQuickCheckBytes {
+		s.checkInBackground()
 	}
 	s.writerWG.Add(1)
 	go s.writerLoop()
@@ -185,7 +213,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		go s.checkpointLoop()
 		go s.idleLoop()
 	}
-	if s.ws == nil { // opened at an older schema (tests only): read-mostly
+	if s.ws == nil { // damaged, or opened at an older schema (tests only): read-mostly
 		return s, nil
 	}
 	if opts.NoCompactor {
@@ -205,18 +233,20 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// precheckFile makes sure path is either absent (then creates it 0600 and reports created) or a
-// plausible SQLite database. It reads the header before SQLite ever opens the file.
+// precheckFile makes sure path is either absent (then creates it 0600 and reports created), a
+// database that has not been written yet (reported as created), or a plausible SQLite database.
+// It reads the header before SQLite ever opens the file.
+//
+// A crash while a database is being created leaves an empty file (killed before SQLite wrote
+// its first page), or, after a power loss, one whose first page never reached the disk (all
+// zeros): neither holds anything, so either is a new database, not a damaged one. A file with a
+// header but no committed schema is handled once SQLite has opened it (initEmptySchema). A
+// non-empty WAL next to an empty file holds the database's first commits: SQLite reads them.
 func precheckFile(path string) (created bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
 		if err := f.Close(); err != nil {
 			return false, fmt.Errorf("open store: create %s: %w", path, err)
-		}
-		// Mark the empty file as ours until SQLite writes to it, so that another ckptd starting
-		// on the same new path at the same moment recognises it (utimensat: no descriptor).
-		if err := os.Chtimes(path, freshMark, freshMark); err != nil {
-			return false, fmt.Errorf("open store: mark %s: %w", path, err)
 		}
 		return true, nil
 	}
@@ -232,20 +262,9 @@ func precheckFile(path string) (created bool, err error) {
 	}
 	size := fi.Size()
 	if size == 0 {
-		// A brand-new database whose first commit still sits in the WAL is legitimately empty.
-		if wi, err := os.Stat(path + "-wal"); err == nil && wi.Size() > 0 {
-			return false, nil
-		}
-		// Another ckptd may have just created the file and not written its first page yet
-		// (two processes starting on a new DB at once). Give it a moment; a freshly created
-		// empty file is then opened normally (migrations are safe to race), an old one refused.
-		switch justCreated(path) {
-		case freshEmpty:
-			return true, nil // initialise it like a file we created (migrations are safe to race)
-		case freshGrown:
-			return precheckFile(path) // validate what the other ckptd wrote
-		}
-		return false, fmt.Errorf("open store: %s is an empty file, not a SQLite database (refusing to overwrite it)", path)
+		// Nothing written yet: a new database (another ckptd may be creating it at this very
+		// moment: migrations are safe to race), unless its first commits sit in the WAL.
+		return !walHoldsData(path), nil
 	}
 	f, err = os.Open(path)
 	if err != nil {
@@ -253,13 +272,26 @@ func precheckFile(path string) (created bool, err error) {
 	}
 	var hdr [100]byte
 	n, rerr := io.ReadFull(f, hdr[:])
-	_ = f.Close()
 	if rerr != nil && !errors.Is(rerr, io.ErrUnexpectedEOF) {
+		_ = f.Close()
 		return false, fmt.Errorf("open store: read header of %s: %w", path, rerr)
 	}
 	if n < 16 || !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
+		zero, err := allZero(f, size)
+		_ = f.Close()
+		if err != nil {
+			return false, fmt.Errorf("open store: read %s: %w", path, err)
+		}
+		if zero && !walHoldsData(path) && !sideHoldsData(path+"-journal") {
+			// Its first page never reached the disk: empty it and start over.
+			if err := os.Truncate(path, 0); err != nil {
+				return false, fmt.Errorf("open store: %s: %w", path, err)
+			}
+			return true, nil
+		}
 		return false, fmt.Errorf("open store: %s is not a SQLite database (bad header)", path)
 	}
+	_ = f.Close()
 	if n < 100 {
 		return false, fmt.Errorf("open store: %s is truncated (%d bytes)", path, size)
 	}
@@ -285,6 +317,32 @@ func precheckFile(path string) (created bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// maxZeroCheck: a file up to this size whose bytes are all zero is an unwritten new database.
+const maxZeroCheck = 64 << 10
+
+// allZero reports whether f (size bytes) is small and holds only zero bytes.
+func allZero(f *os.File, size int64) (bool, error) {
+	if size > maxZeroCheck {
+		return false, nil
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// sideHoldsData reports whether the file at path exists with content.
+func sideHoldsData(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Size() > 0
 }
 
 func (s *Store) dsn(pragmas []string, extra string) string {
@@ -334,6 +392,22 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	if err := checkSchema(ctx, s.wconn, s.retry); err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)
 	}
+	if !created {
+		if fi, err := os.Stat(s.path); err == nil && fi.Size() <= syncQuickCheckBytes {
+			if err := s.checkNow(ctx); err != nil {
+				return fmt.Errorf("open store %s: %w", s.path, err)
+			}
+		}
+	}
+	if !s.Condition().Writable() {
+		// Damaged: no journal-mode switch, no migration, no prepared writes; reads only.
+		return s.openReaders(busy, limit, sync, fullfsync)
+	}
+	if !created {
+		if err := s.initEmptySchema(ctx); err != nil {
+			return fmt.Errorf("open store %s: %w", s.path, err)
+		}
+	}
 	var mode string
 	if err := s.retry(ctx, func() error { return s.wconn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode) }); err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, wrapDB("journal mode", err))
@@ -360,24 +434,70 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 			return fmt.Errorf("open store %s: %w", s.path, wrapDB("prepare", err))
 		}
 	}
+	return s.openReaders(busy, limit, sync, fullfsync)
+}
 
-	rdsn := s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, "")
-	if s.rdb, err = sql.Open("sqlite", rdsn); err != nil {
-		return fmt.Errorf("open store: %w", err)
+// openReaders opens the read pool and the WAL checkpointer's pool (connections come lazily).
+func (s *Store) openReaders(busy, limit, sync, fullfsync string) error {
+	var err error
+	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, ""), readPoolSize); err != nil {
+		return err
 	}
-	s.rdb.SetMaxOpenConns(readPoolSize)
-	s.rdb.SetMaxIdleConns(readPoolSize)
-	s.rdb.SetConnMaxLifetime(0)
-	s.rdb.SetConnMaxIdleTime(0)
+	s.cdb, err = s.openPool(s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)"}, ""), 1)
+	return err
+}
 
-	cdsn := s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)"}, "")
-	if s.cdb, err = sql.Open("sqlite", cdsn); err != nil {
-		return fmt.Errorf("open store: %w", err)
+// openPool opens a pool of at most n connections to dsn that are kept open for the store's
+// life. A new connection is refused once the database's path names another file or none
+// (checkFiles): it would open that other file, or fail.
+func (s *Store) openPool(dsn string, n int) (*sql.DB, error) {
+	probe, err := sql.Open("sqlite", dsn) // connects to nothing: only names the driver
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s.cdb.SetMaxOpenConns(1)
-	s.cdb.SetMaxIdleConns(1)
-	s.cdb.SetConnMaxLifetime(0)
-	s.cdb.SetConnMaxIdleTime(0)
+	drv := probe.Driver()
+	_ = probe.Close()
+	db := sql.OpenDB(&connector{s: s, dsn: dsn, drv: drv})
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	return db, nil
+}
+
+// warmReadPool opens every connection of the read pool now and reads through each, so that
+// each holds the database file and its WAL open: if the path is later deleted or replaced,
+// reads keep answering from the files this store opened.
+func (s *Store) warmReadPool(ctx context.Context) error {
+	txs := make([]*sql.Tx, 0, readPoolSize)
+	defer func() {
+		for _, tx := range txs {
+			_ = tx.Rollback()
+		}
+	}()
+	for range readPoolSize {
+		var tx *sql.Tx
+		err := s.retry(ctx, func() error {
+			var err error
+			if tx, err = s.rdb.BeginTx(ctx, nil); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			if isDamaged(err) {
+				s.observe(err)
+				return nil // reads will say what fails
+			}
+			return err
+		}
+		txs = append(txs, tx)
+	}
 	return nil
 }
 
@@ -400,6 +520,9 @@ func (s *Store) closeConns() {
 			_ = db.Close()
 		}
 	}
+	// Last: closing another descriptor of the file would drop the POSIX locks SQLite's
+	// connections hold on it.
+	s.gate.close()
 }
 
 // Path is the absolute path of the database file.
@@ -437,7 +560,10 @@ func (s *Store) notifyPruned(workflowID string, ids []string, reason string) {
 // database file and closes it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.ws != nil && !s.opts.NoCompactor {
+		if s.cancelCheck != nil {
+			s.cancelCheck()
+		}
+		if s.ws != nil && !s.opts.NoCompactor && s.Condition().Writable() {
 			// Leave a compact database behind when that is quick; whatever is left waits for
 			// the next Open.
 			ctx, cancel := context.WithTimeout(context.Background(), closeCompactBudget)
@@ -453,7 +579,7 @@ func (s *Store) Close() error {
 		s.writerWG.Wait()
 		close(s.stopBG)
 		s.bgWG.Wait()
-		if s.wconn != nil {
+		if s.wconn != nil && s.Condition().Writable() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil && !isBusy(err) {
 				s.log.Warn("ckptd store: final WAL checkpoint failed", "err", err)
@@ -475,6 +601,7 @@ func (s *Store) retry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := f()
 		if err == nil || !isBusy(err) {
+			s.observe(err)
 			return err
 		}
 		if time.Since(start) > s.opts.giveUp {
@@ -494,42 +621,5 @@ func (s *Store) retry(ctx context.Context, f func() error) error {
 		if delay < 200*time.Millisecond {
 			delay *= 2
 		}
-	}
-}
-
-// freshMark is the mtime ckptd gives a database file it has just created and not yet written.
-var freshMark = time.Unix(0, applicationID)
-
-type freshness int
-
-const (
-	notFresh   freshness = iota
-	freshEmpty           // still empty, marked by a ckptd
-	freshGrown           // gained content meanwhile
-)
-
-// justCreated tells whether an empty database file is a new one being set up by another ckptd:
-// it carries freshMark, or it gains content (or a WAL) within two seconds. Any other empty file
-// is refused: it may be the remains of something else.
-func justCreated(path string) freshness {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		cur, err := os.Stat(path)
-		if err != nil {
-			return notFresh
-		}
-		if cur.Size() > 0 {
-			return freshGrown
-		}
-		if wi, err := os.Stat(path + "-wal"); err == nil && wi.Size() > 0 {
-			return freshEmpty
-		}
-		if cur.ModTime().Equal(freshMark) {
-			return freshEmpty
-		}
-		if !time.Now().Before(deadline) {
-			return notFresh
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

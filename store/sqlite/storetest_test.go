@@ -156,3 +156,9 @@ func (b *testBackend) LGRows(t testing.TB) (checkpoints, values, writes, meta in
 	}
 	return
 }
+
+// StopWrites stops writes as the store does when it detects reason (health.go).
+func (b *testBackend) StopWrites(t testing.TB, reason, detail string) {
+	t.Helper()
+	b.stopWrites(reason, detail)
+}

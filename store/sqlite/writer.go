@@ -164,13 +164,40 @@ func (s *Store) writerLoop() {
 // the database is busy, then answers every job.
 func (s *Store) runBatch(batch []*job) {
 	ctx := context.Background() // never interrupted: accepted work is committed
+	if err := s.Condition().Err(); err != nil {
+		// The store stopped writing (damaged, file gone): refuse without touching the database.
+		for _, j := range batch {
+			j.err = err
+			if j.save != nil && j.save.err != nil {
+				j.err = j.save.err // a request the store would refuse anyway says so
+			}
+			close(j.done)
+		}
+		return
+	}
 	start := time.Now()
 	delay := time.Millisecond
 	for {
+		in := s.gate.enter() // take turns with the other processes writing to this database
 		err := s.tryBatchSafe(ctx, batch)
+		if in {
+			s.gate.leave()
+		}
 		if err == nil {
+			// Committed: acknowledge only if it went into the file at the database's path.
+			if ferr := s.checkFiles(); ferr != nil {
+				s.log.Error("ckptd store: committed into a database file that is gone or replaced: refusing the batch", "jobs", len(batch))
+				for _, j := range batch {
+					if j.err == nil {
+						j.err = ferr
+					}
+					j.post = nil
+					j.vacuum = false
+				}
+			}
 			break
 		}
+		s.observe(err)
 		if isBusy(err) && time.Since(start) < s.opts.giveUp {
 			d := delay/2 + rand.N(delay)
 			time.Sleep(d)
@@ -182,6 +209,8 @@ func (s *Store) runBatch(batch []*job) {
 		var e error
 		if isBusy(err) {
 			e = fmt.Errorf("write: database busy for %s: %w: %v", time.Since(start).Round(time.Second), store.ErrUnavailable, err)
+		} else if c := s.Condition().Err(); c != nil && isDamaged(err) {
+			e = fmt.Errorf("write: %w", c)
 		} else {
 			e = wrapDB("write", err)
 		}
@@ -294,6 +323,12 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			}
 		}
 	}
+	// Before committing: is the file still the one at the database's path? If not, roll back,
+	// so that not even this process reads what it refuses (runBatch checks again after the
+	// commit, for a file that goes away in between).
+	if err := s.checkFiles(); err != nil {
+		return err
+	}
 	if _, err := ws.commit.ExecContext(ctx); err != nil {
 		return err
 	}
@@ -330,6 +365,9 @@ func (s *Store) checkpointLoop() {
 		case <-s.stopBG:
 			return
 		case <-t.C:
+		}
+		if !s.Condition().Writable() {
+			continue // damaged or gone: leave the files as they are
 		}
 		n := s.writes.Load()
 		// Checkpoint when something was written and either enough piled up or a quiet-ish second
@@ -382,6 +420,9 @@ func (s *Store) idleLoop() {
 		case <-s.stopBG:
 			return
 		case <-t.C:
+		}
+		if !s.Condition().Writable() {
+			continue
 		}
 		if _, err := s.ExpireIdle(context.Background()); err != nil && !errors.Is(err, store.ErrClosed) {
 			s.log.Warn("ckptd store: idle expiry failed", "err", err)

@@ -71,6 +71,10 @@ type Corrupter interface {
 	// LGRows counts the stored LangGraph checkpoints, values, pending writes and metadata index
 	// rows.
 	LGRows(t testing.TB) (checkpoints, values, writes, meta int)
+	// StopWrites makes the backend stop writing for reason (a store.Reason constant) as it does
+	// when it detects that condition itself; how each backend detects it (a damaged page, a
+	// removed file, SQLSTATE XX001) is tested with the backend.
+	StopWrites(t testing.TB, reason, detail string)
 }
 
 // A case is one conformance check.
