@@ -115,6 +115,11 @@ type Claims interface {
 	// ClaimOf returns workflowID's claim (Token 0: never claimed) and the database's clock as it
 	// read it.
 	ClaimOf(ctx context.Context, workflowID string) (Claim, time.Time, error)
+	// Claimable summarises the resumable workflows (checkpoints, not completed) whose claim is
+	// free at the database's clock (Claim.Free), least recently updated first, at most limit
+	// (0: all) of them: the work a worker may pick up. Backends walk an index of the resumable
+	// workflows in that order and look each claim up by key.
+	Claimable(ctx context.Context, limit int) ([]WorkflowInfo, error)
 	// PutWritesFenced is PutWrites under fencing token (0: none), checked by CheckFence.
 	PutWritesFenced(ctx context.Context, workflowID, namespace, checkpointID string, writes []Write, token int64) (int, error)
 	// LGPutWritesFenced is LGPutWrites under fencing token (0: none) for the claim of thread.

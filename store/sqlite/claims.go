@@ -149,3 +149,73 @@ func (s *Store) ClaimOf(ctx context.Context, workflowID string) (store.Claim, ti
 	}
 	return c, now, nil
 }
+
+// Claimable summarises the resumable workflows whose claim is free now, least recently updated
+// first (at most limit; 0: all). The walk follows workflows_claimable (the workflows not
+// completed, by updated_at) and probes checkpoints and claims by key, so a page costs what it
+// returns plus the claimed workflows it steps over.
+func (s *Store) Claimable(ctx context.Context, limit int) ([]store.WorkflowInfo, error) {
+	if limit < 0 {
+		return nil, invalid("limit", "must be >= 0")
+	}
+	lim := int64(limit)
+	if limit == 0 {
+		lim = -1
+	}
+	var out []store.WorkflowInfo
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, claimableQuery, s.now().UnixMicro(), lim)
+		if err != nil {
+			return err
+		}
+		type row struct {
+			info   store.WorkflowInfo
+			latest sql.NullInt64
+		}
+		var rs []row
+		for rows.Next() {
+			var r row
+			var updated int64
+			if err := rows.Scan(&r.info.WorkflowID, &updated, &r.info.Count, &r.info.StoredBytes, &r.latest); err != nil {
+				rows.Close()
+				return err
+			}
+			r.info.UpdatedAt = time.UnixMicro(updated).UTC()
+			r.info.Resumable = true
+			rs = append(rs, r)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.latest.Valid {
+				sm, err := summaryByRowid(ctx, tx, r.latest.Int64)
+				if err != nil {
+					return err
+				}
+				r.info.Latest = &sm
+			}
+			out = append(out, r.info)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapDB("list claimable workflows", err)
+	}
+	return out, nil
+}
+
+// claimableQuery: ?1 the clock (unix micros), ?2 the limit (-1: none).
+const claimableQuery = `SELECT w.workflow_id, w.updated_at,
+	(SELECT count(*) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
+	(SELECT coalesce(sum(c.stored_size), 0) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
+	(SELECT c.id FROM checkpoints c WHERE c.workflow_id = w.workflow_id ORDER BY c.seq DESC LIMIT 1)
+	FROM workflows w
+	WHERE w.completed_at IS NULL
+	AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.workflow_id = w.workflow_id)
+	AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id AND k.owner IS NOT NULL AND k.expires_at > ?1)
+	ORDER BY w.updated_at, w.workflow_id LIMIT ?2`

@@ -27,6 +27,7 @@ func init() {
 		testCase{"ClaimConcurrentClaimers", testClaimConcurrentClaimers},
 		testCase{"ClaimTwoBackends", testClaimTwoBackends},
 		testCase{"ClaimTakeOverFencesRacingWriter", testClaimTakeOverFencesRacingWriter},
+		testCase{"Claimable", testClaimable},
 	)
 }
 
@@ -493,4 +494,63 @@ func testClaimTakeOverFencesRacingWriter(t *testing.T, h *harness) {
 	l, err := s.List(ctx, store.ListFilter{WorkflowID: "wf", Limit: 10000})
 	require.NoError(t, err)
 	require.Len(t, l, len(acked)+1, "only acknowledged saves are stored")
+}
+
+// testClaimable: the resumable workflows whose claim is free (never claimed, released, lease
+// run out), least recently updated first; live claims, completed workflows and workflows
+// without checkpoints are left out.
+func testClaimable(t *testing.T, h *harness) {
+	s := h.db(t)
+	ctx := context.Background()
+	for _, wf := range []string{"a", "b", "c", "d", "e", "done"} {
+		mustSave(t, s, store.SaveRequest{WorkflowID: wf, State: []byte(`{"wf":"` + wf + `"}`)})
+	}
+	mustSave(t, s, store.SaveRequest{WorkflowID: "a", Step: 1, State: []byte(`{}`)}) // a is now the newest
+	_, err := s.Complete(ctx, "done", true)
+	require.NoError(t, err)
+	require.NoError(t, s.SetWorkflowSources(ctx, "no-checkpoints", []byte(`{"root":"/nowhere"}`)))
+	_, err = s.Claim(ctx, "no-checkpoints", "x", shortLease)
+	require.NoError(t, err)
+	_, err = s.Claim(ctx, "b", "worker", longLease)
+	require.NoError(t, err)
+	_, err = s.Claim(ctx, "c", "worker", shortLease)
+	require.NoError(t, err)
+	d, err := s.Claim(ctx, "d", "worker", longLease)
+	require.NoError(t, err)
+	_, err = s.Release(ctx, "d", d.Token)
+	require.NoError(t, err)
+
+	ids := func(limit int) []string {
+		ws, err := s.Claimable(ctx, limit)
+		require.NoError(t, err)
+		out := []string{}
+		for _, w := range ws {
+			require.True(t, w.Resumable)
+			require.NotNil(t, w.Latest)
+			require.Equal(t, w.WorkflowID, w.Latest.WorkflowID)
+			require.Positive(t, w.Count)
+			out = append(out, w.WorkflowID)
+		}
+		return out
+	}
+	// c's lease is short: it may or may not have run out yet
+	got := ids(0)
+	if len(got) == 4 {
+		require.Equal(t, []string{"c", "d", "e", "a"}, got)
+	} else {
+		require.Equal(t, []string{"d", "e", "a"}, got)
+	}
+	waitFree(t, s, "c")
+	require.Equal(t, []string{"c", "d", "e", "a"}, ids(0))
+	require.Equal(t, []string{"c", "d"}, ids(2))
+	ws, err := s.Claimable(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), ws[0].Latest.Seq)
+	// claiming takes a workflow off the list; saving moves it to the end
+	_, err = s.Claim(ctx, "c", "worker-2", longLease)
+	require.NoError(t, err)
+	mustSave(t, s, store.SaveRequest{WorkflowID: "d", Step: 1, State: []byte(`{}`)})
+	require.Equal(t, []string{"e", "a", "d"}, ids(0))
+	_, err = s.Claimable(ctx, -1)
+	invalidField("limit")(t, err)
 }
