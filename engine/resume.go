@@ -48,7 +48,7 @@ func (e *Engine) PlanResume(ctx context.Context, req ResumeRequest) (ResumePlan,
 	in, cp := g.Input, g.Checkpoint
 	rp := ResumePlan{Checkpoint: cp, Corrupt: g.Input.Corrupt}
 	if cp != nil { // sources recorded with the checkpoint: drift is a problem (engine/drift.go)
-		rp.Drift, in.Drift = e.planDrift(ctx, cp.CheckpointID)
+		rp.Drift, in.Drift = e.planDrift(ctx, cp.CheckpointID, req.SourcesRoot)
 		in.DriftAsWarning = req.DriftAsWarning
 	}
 	rp.Plan, rp.Problems, rp.Warnings = resume.Decide(in)
@@ -63,6 +63,9 @@ type ResumeRequest struct {
 	WorkflowHash string // the caller's workflow hash; empty: not compared
 	// DriftAsWarning reports drift of the recorded sources as a warning, not a problem.
 	DriftAsWarning bool
+	// SourcesRoot checks drift against the same tree checked out at this directory (absolute,
+	// CheckSourcesRoot) instead of the recorded root: resuming on another machine.
+	SourcesRoot string
 }
 
 // gathered is the input for Decide plus the checkpoint it was built from.

@@ -51,6 +51,7 @@ const (
 	CodeResumeInvalid  = -32005
 	CodeUnavailable    = -32006
 	CodeShuttingDown   = -32007
+	CodeClaimed        = -32008 // the workflow's claim refuses the call (ClaimedData)
 )
 
 // InitializeParams is the client's hello.
@@ -103,6 +104,8 @@ type SaveParams struct {
 	WorkflowHash    string          `json:"workflowHash"`
 	Metadata        json.RawMessage `json:"metadata"`
 	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (engine.Save)
+	// FencingToken is the token of the caller's claim on the workflow (workflow/claim).
+	FencingToken *int64 `json:"fencingToken"`
 }
 
 // SaveResult answers checkpoint/save.
@@ -250,8 +253,9 @@ type ConfigureResult struct {
 
 // CompleteParams are workflow/complete's params.
 type CompleteParams struct {
-	WorkflowID string `json:"workflowId"`
-	Preserve   bool   `json:"preserve"`
+	WorkflowID   string `json:"workflowId"`
+	Preserve     bool   `json:"preserve"`
+	FencingToken *int64 `json:"fencingToken"`
 }
 
 // CompleteResult answers workflow/complete.
@@ -263,6 +267,9 @@ type CompleteResult struct {
 // WorkflowListParams are workflow/list's params.
 type WorkflowListParams struct {
 	ResumableOnly bool `json:"resumableOnly"`
+	// Claimable lists only resumable workflows whose claim is free (never claimed, released, or
+	// its lease ran out), oldest first: the work a worker may pick up.
+	Claimable bool `json:"claimable"`
 }
 
 // WorkflowInfo is one workflow in workflow/list.
@@ -298,6 +305,7 @@ type WritesPutParams struct {
 	TaskID       string       `json:"taskId"`
 	TaskPath     string       `json:"taskPath"`
 	Writes       []WriteParam `json:"writes"`
+	FencingToken *int64       `json:"fencingToken"`
 }
 
 // WritesPutResult answers writes/put.
@@ -314,6 +322,9 @@ type ResumePlanParams struct {
 	Force          bool   `json:"force"`
 	Attachment     bool   `json:"attachment"`
 	DriftAsWarning bool   `json:"driftAsWarning"`
+	// SourcesRoot compares the recorded sources with the same tree checked out at this
+	// directory (another machine's checkout) instead of at the recorded root.
+	SourcesRoot string `json:"sourcesRoot"`
 }
 
 // ResumePlanResult answers resume/plan.

@@ -72,7 +72,12 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 	if err := requireID("workflowId", *p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return store.SaveRequest{}, err
 	}
+	token, perr := fencingToken(p.FencingToken)
+	if perr != nil {
+		return store.SaveRequest{}, perr
+	}
 	req := store.SaveRequest{
+		FencingToken: token,
 		WorkflowID:   *p.WorkflowID,
 		Namespace:    p.Namespace,
 		CheckpointID: p.CheckpointID,

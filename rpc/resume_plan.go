@@ -20,7 +20,12 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return reply{}, err
 	}
+	root, err := engine.CheckSourcesRoot("sourcesRoot", p.SourcesRoot)
+	if err != nil {
+		return reply{}, engineError(err)
+	}
 	rp, err := s.engine.PlanResume(ctx, engine.ResumeRequest{
+		SourcesRoot:    root,
 		WorkflowID:     p.WorkflowID,
 		Namespace:      p.Namespace,
 		CheckpointID:   p.CheckpointID,
