@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from ._common import DEFAULT_RETRYABLE, NO_STATE, Checkpoint, ResumePlan, __version__, find_binary
 from .aio import AsyncClient, AsyncStep, AsyncWorkflow
+from .claim import AsyncClaim, Claim
 from .client import Client
 from .errors import (
     BinaryNotFound,
     CheckpointCorrupt,
     CheckpointNotFound,
+    Claimed,
+    ClaimLost,
     CkptdError,
     ClientClosed,
     ClientForked,
@@ -40,6 +43,8 @@ __all__ = [
     "Step",
     "AsyncWorkflow",
     "AsyncStep",
+    "Claim",
+    "AsyncClaim",
     "Checkpoint",
     "ResumePlan",
     "NO_STATE",
@@ -57,6 +62,8 @@ __all__ = [
     "ResumeValidationError",
     "StorageUnavailable",
     "ShuttingDown",
+    "Claimed",
+    "ClaimLost",
     "DaemonDied",
     "BinaryNotFound",
     "ClientClosed",

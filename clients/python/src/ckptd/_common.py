@@ -216,6 +216,7 @@ def save_params(
     sources: Optional[Any],
     state_type: Optional[str],
     max_state_bytes: Optional[int],
+    fencing_token: Optional[int] = None,
 ) -> Tuple[Dict[str, Any], Optional[bytes]]:
     if not isinstance(workflow_id, str):
         raise TypeError("workflow_id must be a str")
@@ -235,6 +236,7 @@ def save_params(
         params["metadata"] = dict(metadata)
     if sources is not None:
         params["sources"] = sources_param(sources)
+    put(params, "fencingToken", fencing_token)
     attachment: Optional[bytes] = None
     if state is not NO_STATE:
         attachment, st = encode_state(state, state_type)
