@@ -22,18 +22,23 @@ import (
 // The returned SourcesInfo describes the fingerprint recorded (nil when none was, or when the
 // save repeated an earlier identical one: the first save's fingerprint stands). Configured
 // sources that cannot be fingerprinted never refuse the save: it is stored without, and
-// SourcesInfo.Error says why. Errors: *SourcesError and *UnavailableError for given sources,
-// and the store's errors.
+// SourcesInfo.Error says why. A ctx cancelled before the save is queued returns ctx's error and
+// stores nothing; once queued, the save is committed and waited for whatever happens to ctx.
+// Errors: *SourcesError and *UnavailableError for given sources, and the store's errors.
 func (e *Engine) Save(ctx context.Context, req store.SaveRequest, sources *drift.Spec, queued func()) (store.SaveResult, *protocol.SourcesInfo, error) {
 	info, err := e.fingerprint(ctx, &req, sources)
 	if err != nil {
+		return store.SaveResult{}, nil, err
+	}
+	if err := ctx.Err(); err != nil { // cancelled during the scan: nothing is queued
 		return store.SaveResult{}, nil, err
 	}
 	pending := e.store.Enqueue(req)
 	if queued != nil {
 		queued()
 	}
-	res, err := pending.Wait(ctx)
+	// Queued: committed whatever happens to the request or the client from here on.
+	res, err := pending.Wait(context.WithoutCancel(ctx))
 	if err != nil {
 		return res, nil, err
 	}

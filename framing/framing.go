@@ -16,14 +16,18 @@
 //
 // # Errors and resynchronisation
 //
-// Reader.Next never leaves the stream in an unknown place:
+// Reader.Next never leaves the stream in an unknown place (it may abandon it, see
+// TooLargeError):
 //
 //   - *HeaderError: the header block was unusable (missing, empty, non-numeric, negative or
 //     conflicting length, a line that is not "Name: value", or a block longer than
 //     MaxHeaderBlock). The next call to Next resynchronises (see below) and continues.
-//   - *TooLargeError: the lengths were fine but over Limits. The oversized body and/or
-//     attachment were discarded while streaming (never buffered), so the next frame is read
-//     intact.
+//   - *TooLargeError: the lengths were fine but over Limits. It is returned as soon as the header
+//     block (and, for an oversized attachment, the body) has been read, so that the caller can
+//     answer at once. The oversized bytes are discarded by the next call to Next as they arrive
+//     (never buffered), so the frame after them is read intact. A frame that declares more than
+//     Limits.MaxDiscard bytes to skip cannot be skipped in any reasonable time: its
+//     TooLargeError has Abandoned set and every later Next returns ErrAbandoned.
 //   - io.EOF: the input ended cleanly at a frame boundary. io.ErrUnexpectedEOF: it ended inside
 //     a frame (or inside garbage being skipped). Other errors are the underlying reader's.
 //
@@ -56,6 +60,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 )
 
@@ -83,7 +88,16 @@ const (
 type Limits struct {
 	MaxBody       int64 // largest JSON body, in bytes
 	MaxAttachment int64 // largest attachment, in bytes
+	// MaxDiscard is the most bytes the Reader discards to skip one oversized frame (what is
+	// left of its body plus its attachment). A frame that declares more is not skipped: the
+	// stream is abandoned (see TooLargeError.Abandoned). Default: DefaultMaxDiscard or 16 times
+	// the larger limit, whichever is more.
+	MaxDiscard int64
 }
+
+// DefaultMaxDiscard is the smallest default Limits.MaxDiscard: 1 GiB crosses a pipe in about a
+// second, while a declared length of, say, 10^15 bytes would never end.
+const DefaultMaxDiscard = 1 << 30
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxBody <= 0 {
@@ -91,6 +105,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxAttachment <= 0 {
 		l.MaxAttachment = DefaultMaxAttachment
+	}
+	if l.MaxDiscard <= 0 {
+		l.MaxDiscard = DefaultMaxDiscard
+		if m := 16 * max(l.MaxBody, l.MaxAttachment); m > l.MaxDiscard && m/16 == max(l.MaxBody, l.MaxAttachment) {
+			l.MaxDiscard = m
+		}
 	}
 	return l
 }
@@ -112,20 +132,33 @@ type HeaderError struct {
 
 func (e *HeaderError) Error() string { return "framing: bad header: " + e.Reason }
 
-// TooLargeError reports a frame whose body or attachment is over its limit. The oversized part
-// was discarded without being buffered; the stream is in sync. With Field "attachment", Next
-// also returns the frame's body (Frame.Body; HasAttachment true, Attachment nil) so that the
-// caller can answer the request by its id.
+// TooLargeError reports a frame whose body or attachment is over its limit. It is returned
+// right after the header block (Field "body") or the body (Field "attachment"); the next call
+// to Next discards the oversized bytes as they arrive, without buffering them, and then reads
+// the following frame intact. With Field "attachment", Next also returns the frame's body
+// (Frame.Body; HasAttachment true, Attachment nil) so that the caller can answer the request by
+// its id.
 type TooLargeError struct {
-	Field  string // "body" or "attachment"
-	Size   int64  // the length the header announced
-	Limit  int64  // the limit it exceeded
-	Prefix []byte // Field "body": up to PrefixSize leading bytes of the discarded body
+	Field string // "body" or "attachment"
+	Size  int64  // the length the header announced
+	Limit int64  // the limit it exceeded
+	// Prefix (Field "body"): the leading bytes of the body that had already arrived with the
+	// header, at most PrefixSize (the reader does not wait for more).
+	Prefix []byte
+	// Abandoned: the frame declares more than Limits.MaxDiscard bytes (body plus attachment),
+	// so the stream cannot be resynchronised in any reasonable time; nothing more is read and
+	// every later Next returns ErrAbandoned.
+	Abandoned bool
+	// Discard is how many bytes the next Next discards (the declared total when Abandoned).
+	Discard int64
 }
 
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("framing: %s of %d bytes exceeds the limit of %d bytes", e.Field, e.Size, e.Limit)
 }
+
+// ErrAbandoned is returned by every Next after a TooLargeError with Abandoned set.
+var ErrAbandoned = errors.New("framing: input abandoned after a frame too large to skip")
 
 // Reader reads frames from a byte stream. It is not safe for concurrent use.
 type Reader struct {
@@ -136,10 +169,11 @@ type Reader struct {
 	// a bad header line, re-scanned by resync. Every read goes through carry first.
 	carry []byte
 
-	resync  bool   // the previous Next returned a *HeaderError
-	pending error  // an I/O error met while skipping a bad frame, returned by the next Next
-	line    []byte // scratch for the current header line
-	window  []byte // scratch for resync
+	resync    bool   // the previous Next returned a *HeaderError
+	skip      int64  // bytes to discard before the next frame (of a frame answered with an error)
+	abandoned bool   // a frame too large to skip was met: Next returns ErrAbandoned
+	line      []byte // scratch for the current header line
+	window    []byte // scratch for resync
 }
 
 // NewReader returns a Reader on r. If r is a *bufio.Reader it is used directly (so a caller that
@@ -169,10 +203,15 @@ const maxTokenLen = len("ckptd-attachment-length:")
 // Next reads the next frame. See the package documentation for the errors.
 func (r *Reader) Next() (Frame, error) {
 	r.line = r.line[:0]
-	if r.pending != nil {
-		err := r.pending
-		r.pending = nil
-		return Frame{}, err
+	if r.abandoned {
+		return Frame{}, ErrAbandoned
+	}
+	if r.skip > 0 {
+		n := r.skip
+		r.skip = 0
+		if err := r.discard(n); err != nil {
+			return Frame{}, err
+		}
 	}
 	if r.resync {
 		tok, err := r.skipToHeader()
@@ -266,9 +305,10 @@ func (r *Reader) readFrame() (Frame, error) {
 	}
 	if valueErr != "" {
 		if !bodyLenBad && bodyLen >= 0 && bodyLen <= r.lim.MaxBody {
-			// The body length is trustworthy: skip the body so its content cannot be
-			// mistaken for a header by the resync search.
-			r.pending = r.discard(bodyLen)
+			// The body length is trustworthy: skip the body (on the next call, so that the
+			// error can be answered first) so its content cannot be mistaken for a header by
+			// the resync search.
+			r.skip = bodyLen
 		}
 		return Frame{}, &HeaderError{Reason: valueErr}
 	}
@@ -277,20 +317,20 @@ func (r *Reader) readFrame() (Frame, error) {
 	}
 
 	if bodyLen > r.lim.MaxBody {
+		// Answerable at once: take only the body bytes that came with the header (the caller
+		// may find the request id in them), never wait for more.
 		tl := &TooLargeError{Field: "body", Size: bodyLen, Limit: r.lim.MaxBody}
-		p, err := r.readN(min(bodyLen, PrefixSize))
-		if err != nil {
-			return Frame{}, err
-		}
-		tl.Prefix = p
-		if err := r.discard(bodyLen - int64(len(p))); err != nil {
-			return Frame{}, err
-		}
+		tl.Prefix = r.takeBuffered(min(bodyLen, PrefixSize))
+		declared := bodyLen
 		if attLen > 0 {
-			if err := r.discard(attLen); err != nil {
-				return Frame{}, err
-			}
+			declared = satAdd(bodyLen, attLen)
 		}
+		if declared > r.lim.MaxDiscard {
+			tl.Abandoned, tl.Discard, r.abandoned = true, declared, true
+			return Frame{}, tl
+		}
+		tl.Discard = declared - int64(len(tl.Prefix))
+		r.skip = tl.Discard
 		return Frame{}, tl
 	}
 	body, err := r.readN(bodyLen)
@@ -299,10 +339,13 @@ func (r *Reader) readFrame() (Frame, error) {
 	}
 	f := Frame{Body: body, HasAttachment: attLen >= 0}
 	if attLen > r.lim.MaxAttachment {
-		if err := r.discard(attLen); err != nil {
-			return Frame{}, err
+		tl := &TooLargeError{Field: "attachment", Size: attLen, Limit: r.lim.MaxAttachment, Discard: attLen}
+		if satAdd(bodyLen, attLen) > r.lim.MaxDiscard {
+			tl.Abandoned, r.abandoned = true, true
+		} else {
+			r.skip = attLen
 		}
-		return f, &TooLargeError{Field: "attachment", Size: attLen, Limit: r.lim.MaxAttachment}
+		return f, tl
 	}
 	if attLen >= 0 {
 		if f.Attachment, err = r.readN(attLen); err != nil {
@@ -310,6 +353,32 @@ func (r *Reader) readFrame() (Frame, error) {
 		}
 	}
 	return f, nil
+}
+
+// satAdd adds two non-negative lengths, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// takeBuffered consumes and returns up to n bytes that are already in memory (carry, then
+// what br has buffered), without reading from the underlying reader.
+func (r *Reader) takeBuffered(n int64) []byte {
+	var out []byte
+	if len(r.carry) > 0 {
+		k := min(int64(len(r.carry)), n)
+		out = append(out, r.carry[:k]...)
+		r.carry = r.carry[k:]
+		n -= k
+	}
+	if k := min(int64(r.br.Buffered()), n); k > 0 {
+		b, _ := r.br.Peek(int(k))
+		out = append(out, b...)
+		_, _ = r.br.Discard(len(b))
+	}
+	return out
 }
 
 // skipToHeader implements the resync search: it consumes input up to and including the next

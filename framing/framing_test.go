@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // vectorsPath is the shared framing test vectors (docs/protocol.md, "Framing").
@@ -72,6 +73,8 @@ func errKind(err error) string {
 		return "clean-eof"
 	case err == io.ErrUnexpectedEOF:
 		return "eof"
+	case err == ErrAbandoned:
+		return "abandoned"
 	}
 	return "other: " + err.Error()
 }
@@ -253,6 +256,24 @@ func TestReaderTable(t *testing.T) {
 			"oops\r\nContent-Length: 2\r\n\r\n{}",
 			testLimits, []step{fails("header"), ok("{}"), fails("clean-eof")}},
 		{"empty input", "", testLimits, []step{fails("clean-eof"), fails("clean-eof")}},
+		{"absurd Content-Length abandons the stream",
+			"Content-Length: 1000000000000000\r\n\r\n{}" + frame(good),
+			testLimits, []step{tooLarge("body"), fails("abandoned"), fails("abandoned")}},
+		{"absurd attachment length abandons the stream after the body",
+			"Content-Length: 2\r\nCkptd-Attachment-Length: 1000000000000000\r\n\r\n{}" + frame(good),
+			testLimits, []step{tooLargeAtt("{}"), fails("abandoned")}},
+		{"declared total up to MaxDiscard is skipped exactly",
+			frame(strings.Repeat("b", 60), strings.Repeat("a", 40)) + frame(good),
+			Limits{MaxBody: 45, MaxAttachment: 45, MaxDiscard: 100}, []step{tooLarge("body"), ok(good), fails("clean-eof")}},
+		{"declared total past MaxDiscard abandons",
+			frame(strings.Repeat("b", 60), strings.Repeat("a", 41)) + frame(good),
+			Limits{MaxBody: 45, MaxAttachment: 45, MaxDiscard: 100}, []step{tooLarge("body"), fails("abandoned")}},
+		{"oversized attachment within MaxDiscard is skipped",
+			frame("{}", strings.Repeat("a", 98)) + frame(good),
+			Limits{MaxBody: 45, MaxAttachment: 45, MaxDiscard: 100}, []step{tooLargeAtt("{}"), ok(good), fails("clean-eof")}},
+		{"oversized body cut short by EOF while skipping",
+			"Content-Length: 500\r\n\r\n{\"id\":1}",
+			Limits{MaxBody: 100, MaxAttachment: 100}, []step{tooLarge("body"), fails("eof"), fails("clean-eof")}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -276,6 +297,51 @@ func TestReaderTooLargeError(t *testing.T) {
 	}
 	if !strings.Contains(tl.Error(), "exceeds the limit of 1000 bytes") {
 		t.Error(tl.Error())
+	}
+}
+
+// An oversized frame is reported as soon as its header block has arrived (with the body bytes
+// that came with it), before the body is sent, and its bytes are then discarded as they arrive:
+// the next frame is read intact.
+func TestReaderTooLargeAnsweredBeforeBody(t *testing.T) {
+	pr, pw := io.Pipe()
+	r := NewReader(pr, Limits{MaxBody: 100, MaxAttachment: 100})
+	type res struct {
+		f   Frame
+		err error
+	}
+	next := make(chan res, 1)
+	read := func() { f, err := r.Next(); next <- res{f, err} }
+	go read()
+	const prefix = `{"jsonrpc":"2.0","id":7,"method":"checkpoint/save","params":{"state":"`
+	go func() { _, _ = pw.Write([]byte("Content-Length: 5000\r\n\r\n" + prefix)) }()
+	var got res
+	select {
+	case got = <-next:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the oversized frame was not reported before its body arrived")
+	}
+	var tl *TooLargeError
+	if !errors.As(got.err, &tl) || tl.Field != "body" || tl.Abandoned || tl.Discard != 5000-int64(len(tl.Prefix)) {
+		t.Fatalf("got %v %+v", got.err, tl)
+	}
+	if len(tl.Prefix) > 0 && !strings.HasPrefix(prefix, string(tl.Prefix)) {
+		t.Fatalf("prefix %q", tl.Prefix)
+	}
+	// The rest of the body trickles in, then a good frame.
+	go read()
+	for sent := len(prefix); sent < 5000; sent += 1000 {
+		_, _ = pw.Write([]byte(strings.Repeat("s", min(1000, 5000-sent))))
+		select {
+		case got = <-next:
+			t.Fatalf("Next returned %v before the oversized body was skipped", got.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	go func() { _, _ = pw.Write([]byte(frame("{}"))); _ = pw.Close() }()
+	got = <-next
+	if got.err != nil || string(got.f.Body) != "{}" {
+		t.Fatalf("after the skip: %v %q", got.err, got.f.Body)
 	}
 }
 
@@ -421,6 +487,7 @@ func FuzzReader(f *testing.F) {
 		// 1. Arbitrary input: no panic, bounded allocations, guaranteed progress.
 		r := NewReader(bytes.NewReader(in), fuzzLimits)
 		var frames []Frame
+		abandoned := false
 		for calls := 0; ; calls++ {
 			if calls > len(in)+1 {
 				t.Fatalf("no progress after %d calls on %d bytes", calls, len(in))
@@ -438,6 +505,12 @@ func FuzzReader(f *testing.F) {
 			if err == io.EOF || err == io.ErrUnexpectedEOF {
 				break
 			}
+			if err == ErrAbandoned {
+				if !abandoned {
+					t.Fatal("ErrAbandoned without a TooLargeError that abandoned the stream")
+				}
+				break
+			}
 			var he *HeaderError
 			var tl *TooLargeError
 			switch {
@@ -445,9 +518,10 @@ func FuzzReader(f *testing.F) {
 				frames = append(frames, fr)
 			case errors.As(err, &he):
 			case errors.As(err, &tl):
-				if int64(len(tl.Prefix)) > PrefixSize || tl.Size <= tl.Limit {
+				if int64(len(tl.Prefix)) > PrefixSize || tl.Size <= tl.Limit || tl.Abandoned != (tl.Discard > DefaultMaxDiscard) || tl.Discard < 0 {
 					t.Fatalf("bad TooLargeError %+v", tl)
 				}
+				abandoned = tl.Abandoned
 			default:
 				t.Fatalf("unexpected error %T %v", err, err)
 			}

@@ -31,10 +31,12 @@ const (
 	MethodDriftStatus  = "drift/status"
 	MethodDriftWatch   = "drift/watch"
 	MethodDriftUnwatch = "drift/unwatch"
-	NotifySaved        = "checkpoint/saved"
-	NotifyPruned       = "checkpoint/pruned"
-	NotifyCorrupted    = "checkpoint/corrupted"
-	NotifyDriftChanged = "drift/changed" // per drift/watch, no initialize opt-in
+	// MethodCancelRequest is LSP's cancellation notification: params {id}.
+	MethodCancelRequest = "$/cancelRequest"
+	NotifySaved         = "checkpoint/saved"
+	NotifyPruned        = "checkpoint/pruned"
+	NotifyCorrupted     = "checkpoint/corrupted"
+	NotifyDriftChanged  = "drift/changed" // per drift/watch, no initialize opt-in
 )
 
 // Error codes (binding).
@@ -52,6 +54,9 @@ const (
 	CodeUnavailable    = -32006
 	CodeShuttingDown   = -32007
 	CodeClaimed        = -32008 // the workflow's claim refuses the call (ClaimedData)
+	// CodeRequestCancelled (LSP's RequestCancelled) answers a request cancelled by
+	// $/cancelRequest before it committed anything.
+	CodeRequestCancelled = -32800
 )
 
 // InitializeParams is the client's hello.

@@ -59,12 +59,45 @@ func optionalJSON(field string, raw json.RawMessage, want byte) (json.RawMessage
 	return nil, invalidParams(field, "must be an object")
 }
 
+// Bounds of checkpoint/save's params besides the state (docs/protocol.md, "Limits"): every field
+// is bounded so that no request can make the daemon hold more than a small multiple of its
+// frame.
+const (
+	maxNamespaceBytes    = 512
+	maxStepNameBytes     = 1 << 10
+	maxWorkflowHashBytes = 1 << 10
+	maxErrorMessageBytes = 64 << 10
+	maxMetadataBytes     = 1 << 20
+	maxTasksBytes        = 16 << 20
+)
+
+// skipJSON records that a param was present without decoding or copying it: the handler takes
+// the raw bytes from the params (topMembers) instead, so a large state is not copied.
+type skipJSON struct{ present bool }
+
+func (s *skipJSON) UnmarshalJSON([]byte) error { s.present = true; return nil }
+
+// maxLen refuses a string or raw JSON param longer than max bytes.
+func maxLen(field string, n, max int) *jsonrpc2.Error {
+	if n > max {
+		return invalidParams(field, fmt.Sprintf("%d bytes, longer than the %d allowed", n, max))
+	}
+	return nil
+}
+
 // saveRequest validates checkpoint/save params and the frame's attachment.
 func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
-	var p protocol.SaveParams
+	// state and stateBase64 are not decoded into the struct (that would copy a state of up to
+	// --max-state-size): the raw values are sub-slices of the frame body.
+	var p struct {
+		protocol.SaveParams
+		State       skipJSON `json:"state"`
+		StateBase64 skipJSON `json:"stateBase64"`
+	}
 	if err := decodeParams(c.params, &p); err != nil {
 		return store.SaveRequest{}, err
 	}
+	raw := topMembers(c.params, "state", "stateBase64", "checkpointId")
 	if p.WorkflowID == nil {
 		return store.SaveRequest{}, invalidParams("workflowId", "required")
 	}
@@ -86,8 +119,32 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 		StepName:     p.StepName,
 		WorkflowHash: p.WorkflowHash,
 	}
-	if p.CheckpointID != "" {
+	if p.CheckpointID != "" || bytes.Equal(raw["checkpointId"], []byte(`""`)) {
 		if err := requireID("checkpointId", p.CheckpointID, maxCheckpointIDBytes); err != nil {
+			if p.CheckpointID == "" {
+				return req, invalidParams("checkpointId", "must not be empty (leave it out to get a new id)")
+			}
+			return req, err
+		}
+	}
+	for _, b := range []struct {
+		field  string
+		n, max int
+	}{
+		{"namespace", len(p.Namespace), maxNamespaceBytes},
+		{"parentId", len(p.ParentID), maxCheckpointIDBytes},
+		{"stepName", len(p.StepName), maxStepNameBytes},
+		{"workflowHash", len(p.WorkflowHash), maxWorkflowHashBytes},
+		{"metadata", len(p.Metadata), maxMetadataBytes},
+		{"completedTasks", len(p.CompletedTasks), maxTasksBytes},
+		{"pendingTasks", len(p.PendingTasks), maxTasksBytes},
+	} {
+		if err := maxLen(b.field, b.n, b.max); err != nil {
+			return req, err
+		}
+	}
+	if p.Error != nil {
+		if err := maxLen("error.message", len(p.Error.Message), maxErrorMessageBytes); err != nil {
 			return req, err
 		}
 	}
@@ -116,12 +173,27 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 	if req.Metadata, err = optionalJSON("metadata", p.Metadata, '{'); err != nil {
 		return req, err
 	}
-
+	switch p.StateType {
+	case "", "json", "bytes":
+	default:
+		return req, invalidParams("stateType", fmt.Sprintf("%q is not json or bytes", p.StateType))
+	}
+	var stateRaw json.RawMessage
+	if p.State.present {
+		stateRaw = raw["state"]
+	}
+	var stateB64 []byte // the JSON string, quotes included
+	if b := raw["stateBase64"]; p.StateBase64.present && jsonKind(b) != 0 {
+		if b[0] != '"' {
+			return req, invalidParams("stateBase64", "expected string, got JSON "+jsonTypeName(b))
+		}
+		stateB64 = b
+	}
 	sources := 0
-	if p.State != nil {
+	if stateRaw != nil {
 		sources++
 	}
-	if p.StateBase64 != nil {
+	if stateB64 != nil {
 		sources++
 	}
 	if p.StateAttachment {
@@ -160,15 +232,13 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 			}
 		case "bytes":
 			req.StateType = store.StateBytes
-		default:
-			return req, invalidParams("stateType", fmt.Sprintf("%q is not json or bytes", p.StateType))
 		}
-	case p.State != nil:
-		req.State, req.StateType = p.State, store.StateJSON
-	case p.StateBase64 != nil:
-		b, derr := base64.StdEncoding.DecodeString(*p.StateBase64)
-		if derr != nil {
-			return req, invalidParams("stateBase64", "not valid standard base64: "+derr.Error())
+	case stateRaw != nil:
+		req.State, req.StateType = stateRaw, store.StateJSON
+	case stateB64 != nil:
+		b, perr := decodeBase64String(stateB64)
+		if perr != nil {
+			return req, perr
 		}
 		req.State, req.StateType = b, store.StateBytes
 	default:
@@ -179,6 +249,40 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 			map[string]int64{"limit": s.opts.MaxStateBytes, "size": int64(len(req.State))})
 	}
 	return req, nil
+}
+
+// decodeBase64String decodes the JSON string raw (quotes included) holding standard base64 into
+// one new buffer: straight from the frame's bytes, without the intermediate Go string.
+func decodeBase64String(raw []byte) ([]byte, *jsonrpc2.Error) {
+	enc := raw[1 : len(raw)-1]
+	if bytes.IndexByte(enc, '\\') >= 0 { // escaped characters (never needed in base64): decode the string first
+		var str string
+		if err := json.Unmarshal(raw, &str); err != nil {
+			return nil, invalidParams("stateBase64", "expected string: "+err.Error())
+		}
+		enc = []byte(str)
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
+	n, err := base64.StdEncoding.Decode(out, enc)
+	if err != nil {
+		return nil, invalidParams("stateBase64", "not valid standard base64: "+err.Error())
+	}
+	return out[:n], nil
+}
+
+// jsonTypeName names the JSON type of a raw value, for errors.
+func jsonTypeName(raw []byte) string {
+	switch jsonKind(raw) {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // concurrentCheckMin is the smallest JSON attachment validated concurrently with the write

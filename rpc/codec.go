@@ -9,14 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -44,6 +42,11 @@ import (
 // every request and notification they receive (it removes notifications; responses remove
 // requests), and answer every request (protocol errors included) exactly once.
 //
+// Results go out byte-for-byte: a handler registers the result bytes with Result, which returns
+// a small placeholder to send with conn.SendResponse; WriteObject swaps the bytes back in. The
+// codec reaches jsonrpc2 only through its public API (Request.Meta, the JSON encoding of what
+// Conn writes), so a jsonrpc2 upgrade that changes its internals changes nothing here.
+//
 // Protocol errors never end the connection: ReadObject delivers them as a request for the
 // internal method "$/ckptd/protocolError" whose Incoming.ProtocolError is the error to answer
 // with conn.ReplyWithError(ctx, req.ID, in.ProtocolError); Incoming.RawID is the id that reply
@@ -54,7 +57,7 @@ import (
 //
 //	input                                        code    message                              reply id
 //	*framing.HeaderError                         -32700  "parse error: <reason>"              null
-//	invalid JSON / UTF-8, nesting over 10000     -32700  "parse error: ..."                   null
+//	invalid JSON / UTF-8, nesting over 10000     -32700  "parse error: ..."                   echoed if readable (*)
 //	top-level array (batch)                      -32600  "batch requests are not supported"   null
 //	not an object                                -32600  "invalid request: not a JSON object" null
 //	duplicate id/method/jsonrpc/params/...       -32600  "invalid request: duplicate member"  echoed if valid
@@ -65,8 +68,16 @@ import (
 //	*framing.TooLargeError                       -32004  "too large: ..."                     echoed if found
 //	a response (result/error, no method)         none: logged and skipped (ckptd never calls the client)
 //
+// (*) when the body is a complete JSON object at the top level (only a nested value is wrong:
+// too deep, invalid UTF-8 in a string, a bad literal) and its "id" member is valid.
+//
 // -32700 and -32600 carry data {reason}; -32004 carries data {limit, size, field}. A notification
 // (no id) is never answered: one with an oversized attachment is logged and dropped.
+//
+// An oversized frame is answered as soon as its header block (and, for an oversized attachment,
+// its body) has been read; its bytes are then discarded as they arrive. One that declares more
+// than framing.Limits.MaxDiscard bytes is answered, logged at error level, and ends the input
+// (Err reports why): nothing after it could be trusted to be a frame boundary.
 //
 // End of input: jsonrpc2.Conn closes the whole connection, output included, when ReadObject
 // returns an error, so at the end of the input ReadObject first waits (bounded) until every
@@ -88,6 +99,10 @@ type Codec struct {
 	// drainTimeout bounds how long ReadObject waits, at the end of the input, for the
 	// replies still owed (see ReadObject).
 	drainTimeout time.Duration
+
+	ended     chan struct{} // closed when the input ends (EOF, read error, abandoned stream)
+	endOnce   sync.Once
+	abandoned error // set (before ended is closed) when an absurd frame ended the input
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -112,11 +127,13 @@ type Incoming struct {
 
 // pendingMsg is a side-table entry.
 type pendingMsg struct {
-	in       Incoming
-	notif    bool
-	taken    bool
-	reply    []byte
-	hasReply bool
+	in        Incoming
+	notif     bool
+	taken     bool
+	reply     []byte // the reply's attachment (AttachToReply)
+	hasReply  bool
+	result    []byte // the reply's result bytes (Result)
+	hasResult bool
 }
 
 const (
@@ -137,9 +154,33 @@ func NewCodec(lim framing.Limits, log *slog.Logger) *Codec {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Codec{lim: lim, log: log, pending: map[string]*pendingMsg{}, drainTimeout: defaultDrainTimeout}
+	c := &Codec{lim: lim, log: log, pending: map[string]*pendingMsg{}, drainTimeout: defaultDrainTimeout,
+		ended: make(chan struct{})}
 	c.idle = sync.NewCond(&c.mu)
 	return c
+}
+
+// InputEnded is closed as soon as the input has ended (the client closed its end, a read
+// failed, or a frame too large to skip abandoned the stream), before ReadObject waits for the
+// replies still owed.
+func (c *Codec) InputEnded() <-chan struct{} { return c.ended }
+
+// Err returns why the codec gave up on an input that had not ended by itself (a frame too large
+// to skip), or nil.
+func (c *Codec) Err() error {
+	select {
+	case <-c.ended:
+		return c.abandoned
+	default:
+		return nil
+	}
+}
+
+func (c *Codec) endInput(err error) {
+	c.endOnce.Do(func() {
+		c.abandoned = err
+		close(c.ended)
+	})
 }
 
 // defaultDrainTimeout: see ReadObject.
@@ -194,6 +235,26 @@ func (c *Codec) AttachToReply(id jsonrpc2.ID, data []byte) {
 	p.reply, p.hasReply = data, true
 }
 
+// resultPlaceholder is what Result returns: it stands for the registered bytes until
+// WriteObject swaps them back in.
+var resultPlaceholder = json.RawMessage(`"ckptd:result"`)
+
+// Result registers result (valid JSON, written verbatim: no re-encoding, key order, spacing and
+// escaping kept) as the result of the response to id, and returns the placeholder to send as
+// that response's Result with conn.SendResponse. id must be the ID of a request from this codec
+// that is not answered yet; otherwise result itself is returned (and is then re-encoded).
+func (c *Codec) Result(id jsonrpc2.ID, result json.RawMessage) *json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[id.Str]
+	if !id.IsString || p == nil || p.notif {
+		return &result
+	}
+	p.result, p.hasResult = result, true
+	ph := resultPlaceholder
+	return &ph
+}
+
 func tokenOf(req *jsonrpc2.Request) (string, bool) {
 	if req == nil || req.Meta == nil {
 		return "", false
@@ -232,9 +293,15 @@ func (c *Codec) ReadObject(stream *bufio.Reader, v interface{}) error {
 		case errors.As(err, &tl):
 			m = c.tooLarge(f, tl)
 		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			c.endInput(nil)
+			c.drain()
+			return err
+		case errors.Is(err, framing.ErrAbandoned):
+			c.endInput(fmt.Errorf("stdin: %w", err))
 			c.drain()
 			return err
 		default:
+			c.endInput(nil)
 			return err // the input failed or was closed under us: no point waiting
 		}
 		if m == nil {
@@ -399,7 +466,7 @@ func checkEnvelope(body []byte) (*envelope, *message) {
 				reason = "invalid JSON: " + err.Error()
 			}
 		}
-		return nil, protocolError(nil, jsonrpc2.CodeParseError, "parse error: "+reason, map[string]string{"reason": reason})
+		return nil, protocolError(readableID(body), jsonrpc2.CodeParseError, "parse error: "+reason, map[string]string{"reason": reason})
 	}
 	switch first := body[skipWS(body, 0)]; first {
 	case '{':
@@ -437,6 +504,26 @@ func checkEnvelope(body []byte) (*envelope, *message) {
 	return env, nil
 }
 
+// readableID returns the id of a body that is not valid JSON when it can still be read: the body
+// is a complete object at the top level (what is wrong is inside a member's value: nesting
+// deeper than 10000, invalid UTF-8 in a string, a bad literal) whose "id" member is a valid id
+// and given once. Otherwise nil (the reply carries id null). A caller whose request was merely
+// too deep thus gets its answer instead of waiting for ever.
+func readableID(body []byte) json.RawMessage {
+	i := skipWS(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil
+	}
+	if end := scanValue(body, i); end < 0 || skipWS(body, end) != len(body) {
+		return nil // truncated, or something after the object
+	}
+	env := new(envelope)
+	if complete, err := env.scan(body); !complete || err != nil || !env.hasID || env.dup == "id" || env.isResponse() || !validID(env.id) {
+		return nil
+	}
+	return env.id
+}
+
 // tooLarge answers a frame over the limits. For an oversized attachment the body is known and
 // parsed; for an oversized body the id is looked for in its first bytes.
 func (c *Codec) tooLarge(f framing.Frame, tl *framing.TooLargeError) *message {
@@ -446,6 +533,11 @@ func (c *Codec) tooLarge(f framing.Frame, tl *framing.TooLargeError) *message {
 	}
 	msg := fmt.Sprintf("too large: %s of %d bytes exceeds the limit of %d bytes", what, tl.Size, tl.Limit)
 	data := map[string]any{"limit": tl.Limit, "size": tl.Size, "field": tl.Field}
+	if tl.Abandoned {
+		msg += fmt.Sprintf("; more than %d bytes cannot be skipped, closing the connection", c.fr.Limits().MaxDiscard)
+		c.log.Error("closing the connection: a frame declares more bytes than can be skipped to find the next frame",
+			"field", tl.Field, "declared", tl.Discard, "limit", tl.Limit, "maxDiscard", c.fr.Limits().MaxDiscard)
+	}
 	var id json.RawMessage
 	if tl.Field == "attachment" {
 		env, m := checkEnvelope(f.Body)
@@ -502,14 +594,20 @@ func isString(raw []byte, s string) bool {
 
 // --- writing ---
 
-// WriteObject implements jsonrpc2.ObjectCodec. Every message is built in one buffer and written
-// with one Write. A response to a request from this codec goes out with the request's original
-// id bytes and the attachment registered by AttachToReply; its result is written verbatim (it
-// must be valid JSON: otherwise an internal error is sent instead).
+// WriteObject implements jsonrpc2.ObjectCodec. A response to a request from this codec goes out
+// with the request's original id bytes, the result registered with Result (verbatim; it must be
+// valid JSON, otherwise an internal error is sent instead) and the attachment registered by
+// AttachToReply. What jsonrpc2.Conn passes here is encoded with encoding/json (its documented
+// wire form), so nothing depends on jsonrpc2's internal types.
 func (c *Codec) WriteObject(stream io.Writer, obj interface{}) error {
-	req, resp := unwrapMessage(obj)
-	switch {
-	case resp != nil:
+	var resp *jsonrpc2.Response
+	switch o := obj.(type) { // the exported types, when called directly
+	case *jsonrpc2.Response:
+		resp = o
+	case jsonrpc2.Response:
+		resp = &o
+	}
+	if resp != nil {
 		var errJSON []byte
 		result := jsonNull
 		if resp.Error != nil {
@@ -522,33 +620,26 @@ func (c *Codec) WriteObject(stream io.Writer, obj interface{}) error {
 			result = *resp.Result
 		}
 		return c.writeResponse(stream, resp.ID, result, errJSON)
-	case req != nil:
-		b, err := json.Marshal(req)
-		if err != nil {
-			return err
-		}
-		return c.writeFrame(stream, [][]byte{b}, nil, false)
 	}
-	// An unknown message type (a future jsonrpc2 layout): marshal it as jsonrpc2 would, and
-	// still restore the id of a response to one of our requests.
 	b, err := json.Marshal(obj)
 	if err != nil {
 		return err
 	}
 	env := new(envelope)
 	if complete, err := env.scan(b); complete && err == nil && env.isResponse() && env.hasID {
-		var tok string
-		if json.Unmarshal(env.id, &tok) == nil && strings.HasPrefix(tok, tokenPrefix) {
-			result := jsonNull
-			if env.hasResult {
-				result = env.result
-			}
-			var errJSON []byte
-			if env.hasError && !bytes.Equal(env.err, jsonNull) {
-				errJSON = env.err
-			}
-			return c.writeResponse(stream, jsonrpc2.ID{Str: tok, IsString: true}, result, errJSON)
+		var id jsonrpc2.ID
+		if err := json.Unmarshal(env.id, &id); err != nil {
+			return fmt.Errorf("rpc: response with an id that does not decode: %w", err)
 		}
+		result := jsonNull
+		if env.hasResult {
+			result = env.result
+		}
+		var errJSON []byte
+		if env.hasError && !bytes.Equal(env.err, jsonNull) {
+			errJSON = env.err
+		}
+		return c.writeResponse(stream, id, result, errJSON)
 	}
 	return c.writeFrame(stream, [][]byte{b}, nil, false)
 }
@@ -578,6 +669,9 @@ func (c *Codec) writeResponse(stream io.Writer, id jsonrpc2.ID, result, errJSON 
 		if rawID == nil {
 			rawID = jsonNull
 		}
+		if p.hasResult && errJSON == nil {
+			result = p.result
+		}
 	} else {
 		b, err := json.Marshal(id)
 		if err != nil {
@@ -599,78 +693,67 @@ func (c *Codec) writeResponse(stream io.Writer, id jsonrpc2.ID, result, errJSON 
 	return c.writeFrame(stream, parts, att, hasAtt)
 }
 
-// writeFrame writes one frame whose body is the concatenation of parts, with one Write.
+// copyMax is the largest part writeFrame copies into its buffer; larger ones (a state, an
+// attachment) are written from where they are, so a reply never costs another copy of a state.
+const copyMax = 64 << 10
+
+// writeFrame writes one frame whose body is the concatenation of parts, followed by att. Small
+// frames go out in one Write; large parts are written in place, after the buffered bytes before
+// them. Writes of one frame are never interleaved with another's.
 func (c *Codec) writeFrame(stream io.Writer, parts [][]byte, att []byte, hasAtt bool) error {
 	n := 0
 	for _, p := range parts {
 		n += len(p)
 	}
+	copied := 64
+	for _, p := range parts {
+		if len(p) <= copyMax {
+			copied += len(p)
+		}
+	}
+	if len(att) <= copyMax {
+		copied += len(att)
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	buf := c.wbuf[:0]
-	if need := n + len(att) + 64; cap(buf) < need {
-		buf = make([]byte, 0, need)
+	if cap(c.wbuf) < copied {
+		c.wbuf = make([]byte, 0, copied)
 	}
-	buf = framing.AppendHeader(buf, n, len(att), hasAtt)
+	buf := framing.AppendHeader(c.wbuf[:0], n, len(att), hasAtt)
+	var err error
+	write := func(b []byte) {
+		if err == nil && len(b) > 0 {
+			_, err = stream.Write(b)
+		}
+	}
 	for _, p := range parts {
+		if len(p) > copyMax {
+			write(buf)
+			buf = buf[:0]
+			write(p)
+			continue
+		}
 		buf = append(buf, p...)
 	}
-	buf = append(buf, att...)
-	_, err := stream.Write(buf)
+	if len(att) > copyMax {
+		write(buf)
+		buf = buf[:0]
+		write(att)
+	} else {
+		buf = append(buf, att...)
+	}
+	write(buf)
 	// jsonrpc2's buffered stream flushes only after WriteObject returns; flush here so that a
 	// reply counted as written (writeResponse, drain) has really left the process.
 	if f, ok := stream.(interface{ Flush() error }); ok && err == nil {
 		err = f.Flush()
 	}
-	if cap(buf) <= 64<<10 {
+	if cap(buf) <= copyMax+4<<10 {
 		c.wbuf = buf[:0] // keep small buffers only
+	} else {
+		c.wbuf = nil
 	}
 	return err
-}
-
-var (
-	requestPtrType  = reflect.TypeFor[*jsonrpc2.Request]()
-	responsePtrType = reflect.TypeFor[*jsonrpc2.Response]()
-)
-
-// unwrapMessage finds the Request or Response in what jsonrpc2.Conn passes to WriteObject: an
-// unexported *anyMessage{request *Request; response *Response}. Reading its fields directly
-// (rather than marshalling it) is what lets a Result go out byte-for-byte: marshalling would
-// compact and HTML-escape it. An unknown type yields (nil, nil) and WriteObject falls back to
-// json.Marshal.
-func unwrapMessage(obj any) (req *jsonrpc2.Request, resp *jsonrpc2.Response) {
-	switch o := obj.(type) {
-	case *jsonrpc2.Response:
-		return nil, o
-	case jsonrpc2.Response:
-		return nil, &o
-	case *jsonrpc2.Request:
-		return o, nil
-	case jsonrpc2.Request:
-		return &o, nil
-	}
-	rv := reflect.ValueOf(obj)
-	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		return nil, nil
-	}
-	ev := rv.Elem()
-	t := ev.Type()
-	if t.Kind() != reflect.Struct || t.PkgPath() != requestPtrType.Elem().PkgPath() || t.Name() != "anyMessage" {
-		return nil, nil
-	}
-	for i := range t.NumField() {
-		f := ev.Field(i)
-		switch f.Type() {
-		case requestPtrType:
-			req = *(**jsonrpc2.Request)(unsafe.Pointer(f.UnsafeAddr()))
-		case responsePtrType:
-			resp = *(**jsonrpc2.Response)(unsafe.Pointer(f.UnsafeAddr()))
-		}
-	}
-	if req != nil && resp != nil {
-		return nil, nil // invalid; let json.Marshal report it
-	}
-	return req, resp
 }
 
 // --- envelope scanning ---

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -72,7 +73,7 @@ func (h *ctHandler) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrp
 		if in.HasAttachment {
 			h.codec.AttachToReply(req.ID, in.Attachment)
 		}
-		_ = conn.SendResponse(ctx, &jsonrpc2.Response{ID: req.ID, Result: &raw})
+		_ = conn.SendResponse(ctx, &jsonrpc2.Response{ID: req.ID, Result: h.codec.Result(req.ID, raw)})
 	case "notify":
 		_ = conn.Notify(ctx, "server/event", map[string]any{"x": 1, "html": "<&>"})
 		_ = conn.Reply(ctx, req.ID, "sent")
@@ -362,10 +363,15 @@ func TestCodecErrors(t *testing.T) {
 		{"invalid JSON", ctFrame(`{"jsonrpc":"2.0","id":1,"method":"echo",}`), []ctWant{{"null", -32700, "invalid JSON"}}},
 		{"empty body", ctFrame(``), []ctWant{{"null", -32700, "invalid JSON"}}},
 		{"two JSON values", ctFrame(`{} {}`), []ctWant{{"null", -32700, "invalid JSON"}}},
-		{"invalid UTF-8", ctFrame("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":\"\xff\xfe\"}"), []ctWant{{"null", -32700, "UTF-8"}}},
+		{"invalid UTF-8, id readable", ctFrame("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":\"\xff\xfe\"}"), []ctWant{{"1", -32700, "UTF-8"}}},
+		{"invalid UTF-8 in the id", ctFrame("{\"jsonrpc\":\"2.0\",\"id\":\"\xff\",\"method\":\"echo\"}"), []ctWant{{"null", -32700, "UTF-8"}}},
+		{"bad literal, id readable", ctFrame(`{"jsonrpc":"2.0","id":"x","method":"echo","params":tru}`), []ctWant{{`"x"`, -32700, "invalid JSON"}}},
+		{"truncated object: id not trusted", ctFrame(`{"jsonrpc":"2.0","id":1,"method":"echo","params":{`), []ctWant{{"null", -32700, "invalid JSON"}}},
 		{"100000 [", ctFrame(deep), []ctWant{{"null", -32700, "parse error"}}},
 		{"nesting over 10000, closed", ctFrame(deepClosed), []ctWant{{"null", -32700, "exceeded max depth"}}},
-		{"deep params", req(`"id":1,"method":"echo","params":` + deepClosed), []ctWant{{"null", -32700, "exceeded max depth"}}},
+		{"deep params: answered with the request's id", req(`"id":1,"method":"echo","params":` + deepClosed), []ctWant{{"1", -32700, "exceeded max depth"}}},
+		{"deep params before the id", req(`"method":"echo","params":` + deepClosed + `,"id":"late"`), []ctWant{{`"late"`, -32700, "exceeded max depth"}}},
+		{"deep params, duplicate id", req(`"id":1,"method":"echo","params":` + deepClosed + `,"id":2`), []ctWant{{"null", -32700, "exceeded max depth"}}},
 		{"nesting of 10000 is fine", req(`"id":1,"method":"echo","params":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999)), []ctWant{{"1", 0, ""}}},
 		// JSON-RPC
 		{"batch", ctFrame(`[{"jsonrpc":"2.0","id":1,"method":"echo"}]`), []ctWant{{"null", -32600, "batch requests are not supported"}}},
@@ -459,6 +465,42 @@ func TestCodecTooLargeData(t *testing.T) {
 		t.Fatalf("%s", r.body)
 	}
 	s.expectSentinel()
+}
+
+// An oversized frame is answered as soon as its header (and the body bytes sent with it) is read,
+// before the rest of the body arrives; its bytes are then skipped as they come and the next
+// request is answered. A declared length past any sane bound is answered the same way, then the
+// connection ends with Err saying why.
+func TestCodecTooLargeAnsweredAtOnce(t *testing.T) {
+	t.Run("skipped", func(t *testing.T) {
+		s := newCtServer(t, ctLimits)
+		s.sendSync("Content-Length: 20000\r\n\r\n" + `{"jsonrpc":"2.0","id":9,"method":"echo","params":"`)
+		r := s.next()
+		if string(r.ID) != "9" || r.Error == nil || r.Error.Code != -32004 || !strings.Contains(r.Error.Message, "limit of 8192") {
+			t.Fatalf("got %s", r.body)
+		}
+		s.sendSync(strings.Repeat("x", 20000-len(`{"jsonrpc":"2.0","id":9,"method":"echo","params":"`)))
+		s.send(ctFrame(sentinel))
+		s.expectSentinel()
+		if s.codec.Err() != nil {
+			t.Fatal(s.codec.Err())
+		}
+	})
+	body := `{"jsonrpc":"2.0","id":3,"method":"echo"}`
+	for _, header := range []string{"Content-Length: 1000000000000000\r\n\r\n", fmt.Sprintf("Content-Length: %d\r\nCkptd-Attachment-Length: 1000000000000000\r\n\r\n", len(body))} {
+		t.Run("abandoned/"+header[:16], func(t *testing.T) {
+			s := newCtServer(t, ctLimits)
+			s.send(header + body + ctFrame(sentinel))
+			r := s.next()
+			if string(r.ID) != "3" || r.Error == nil || r.Error.Code != -32004 || !strings.Contains(r.Error.Message, "1000000000000000 bytes") || !strings.Contains(r.Error.Message, "closing the connection") {
+				t.Fatalf("got %s", r.body)
+			}
+			s.waitDisconnect()
+			if err := s.codec.Err(); !errors.Is(err, framing.ErrAbandoned) {
+				t.Fatalf("Err() = %v", err)
+			}
+		})
+	}
 }
 
 // A state must reach the handler byte-for-byte (key order, HTML characters, unicode escapes,
@@ -649,24 +691,41 @@ func TestCodecWriteObjectDirect(t *testing.T) {
 	}
 }
 
-// The codec reads jsonrpc2's unexported anyMessage directly; if a jsonrpc2 upgrade changes its
-// layout this fails (WriteObject would still work through json.Marshal, but results would no
-// longer go out byte-for-byte).
-func TestCodecUnwrapsAnyMessage(t *testing.T) {
+// Whatever jsonrpc2.Conn hands WriteObject (its own message type) is written through its JSON
+// encoding: responses and notifications come out right without the codec knowing jsonrpc2's
+// internal types, so a jsonrpc2 upgrade cannot break them.
+func TestCodecWritesWhatConnPasses(t *testing.T) {
 	var got any
 	rec := &ctRecorder{obj: &got}
 	conn := jsonrpc2.NewConn(context.Background(), rec, jsonrpc2.HandlerWithError(func(context.Context, *jsonrpc2.Conn, *jsonrpc2.Request) (any, error) {
 		return nil, nil
 	}), jsonrpc2.SetLogger(ctDiscard{}))
 	defer conn.Close()
-	raw := json.RawMessage(`1`)
+	c := NewCodec(ctLimits, nil)
+	var buf bytes.Buffer
+	raw := json.RawMessage(`[1, "<&>"]`)
 	_ = conn.SendResponse(context.Background(), &jsonrpc2.Response{ID: jsonrpc2.ID{Num: 1}, Result: &raw})
-	if req, resp := unwrapMessage(got); req != nil || resp == nil || resp.Result != &raw {
-		t.Fatalf("response not found in %T", got)
+	if err := c.WriteObject(&buf, got); err != nil {
+		t.Fatal(err)
 	}
-	_ = conn.Notify(context.Background(), "m", nil)
-	if req, resp := unwrapMessage(got); resp != nil || req == nil || req.Method != "m" {
-		t.Fatalf("request not found in %T", got)
+	_ = conn.ReplyWithError(context.Background(), jsonrpc2.ID{Str: "e", IsString: true}, &jsonrpc2.Error{Code: -32001, Message: "not found"})
+	if err := c.WriteObject(&buf, got); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Notify(context.Background(), "m", map[string]int{"x": 1})
+	if err := c.WriteObject(&buf, got); err != nil {
+		t.Fatal(err)
+	}
+	r := framing.NewReader(&buf, framing.Limits{})
+	for i, want := range []string{
+		`{"jsonrpc":"2.0","id":1,"result":[1,"<&>"]}`,
+		`{"jsonrpc":"2.0","id":"e","error":{"code":-32001,"message":"not found"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"x":1}}`,
+	} {
+		f, err := r.Next()
+		if err != nil || !ctJSONEqual(t, f.Body, []byte(want)) {
+			t.Errorf("frame %d: %v %s, want %s", i, err, f.Body, want)
+		}
 	}
 }
 

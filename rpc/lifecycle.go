@@ -50,12 +50,13 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	}}, nil
 }
 
-// shutdown stops taking requests, waits for every accepted one, answers, then ends Serve.
+// shutdown stops taking requests, waits for every accepted one (cancelling what has not
+// committed after the stop grace), answers, then ends Serve.
 func (s *Server) shutdown(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	s.mu.Lock()
 	already := s.closing
-	s.closing = true
 	s.mu.Unlock()
+	s.beginStop()
 	go func() {
 		s.inflight.Wait()
 		if !req.Notif {

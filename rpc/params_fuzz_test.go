@@ -131,7 +131,7 @@ func FuzzParams(f *testing.F) {
 		if len(params) == 0 {
 			c.params = nil
 		}
-		r, rerr := srv.safeRun(m, c)
+		r, rerr := srv.safeRun(context.Background(), m, c)
 		checkFuzzReply(t, name, params, r, rerr)
 
 		// the store stays consistent

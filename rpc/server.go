@@ -32,7 +32,32 @@ type Options struct {
 	MaxStateBytes    int64
 	DefaultRetention store.Retention
 	Logger           *slog.Logger
+
+	// MaxInFlight and MaxInFlightBytes bound the requests, and their params plus attachment
+	// bytes, read but not yet answered; at the bound the server stops reading its input (see
+	// flow.go). 0: DefaultMaxInFlight, DefaultMaxInFlightBytes.
+	MaxInFlight      int
+	MaxInFlightBytes int64
+	// ManageMemory lets the server move the Go runtime's soft memory limit with the bytes in
+	// flight (a process-wide setting: for the daemon, not for a server embedded in tests).
+	ManageMemory bool
+	// StopGrace is how long requests already read may run once the server stops (shutdown,
+	// end of input, ctx cancelled) before whatever has not committed is cancelled. 0:
+	// DefaultStopGrace.
+	StopGrace time.Duration
 }
+
+// DefaultStopGrace: see Options.StopGrace.
+const DefaultStopGrace = time.Second
+
+// stopHardLimit is how long, after the grace, Serve still waits for requests to end (a reply
+// blocked on a client that no longer reads) before it returns anyway.
+const stopHardLimit = 2 * time.Second
+
+var (
+	errRequestCancelled = errors.New("request cancelled by $/cancelRequest")
+	errShuttingDown     = errors.New("shutting down")
+)
 
 // Server serves one client connection over a byte stream (stdin/stdout).
 type Server struct {
@@ -48,12 +73,21 @@ type Server struct {
 	conn         *jsonrpc2.Conn
 	events       map[string]bool
 	closing      bool
-	lastMutation chan struct{} // closed once the previous mutation is queued in the store
-	lastDone     chan struct{} // closed once the previous mutation has finished (read-your-writes)
+	running      map[string][]*runningCall // by request id (idKey): what $/cancelRequest cancels
 	inflight     sync.WaitGroup
 	shutdownDone chan struct{}
 
 	engine *engine.Engine // the use cases: saves with sources, resume plans, drift (package engine)
+
+	order *orderer // per-workflow and per-thread ordering (rpc/order.go)
+	flow  *flow    // backpressure and memory (rpc/flow.go)
+
+	// base is the parent of every request's context; it is cancelled (cause errShuttingDown)
+	// StopGrace after the server began to stop.
+	base       context.Context
+	cancelBase context.CancelCauseFunc
+	stopping   chan struct{} // closed when the server begins to stop
+	stopOnce   sync.Once
 
 	workers workers // goroutines that run handlers (rpc/workers.go)
 }
@@ -69,6 +103,17 @@ const (
 type method struct {
 	kind kind
 	run  func(ctx context.Context, c *call) (reply, *jsonrpc2.Error)
+}
+
+// cancelInside are the mutations whose handler honours its context up to the point where it
+// queues its write, and goes on without it from there (checkpoint/save: its source scan is
+// cancellable). Other mutations run on a context that is never cancelled once they started:
+// cancellation reaches them only while they wait for their turn.
+var cancelInside = map[string]bool{protocol.MethodSave: true}
+
+// runningCall is a request that $/cancelRequest (or the stop) can cancel.
+type runningCall struct {
+	cancel context.CancelCauseFunc
 }
 
 // call is one request being served.
@@ -104,6 +149,9 @@ func New(st store.Backend, opts Options) *Server {
 	if opts.MaxStateBytes <= 0 {
 		opts.MaxStateBytes = 64 << 20
 	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = DefaultStopGrace
+	}
 	s := &Server{
 		store:        st,
 		engine:       engine.New(st, opts.Logger),
@@ -112,16 +160,17 @@ func New(st store.Backend, opts Options) *Server {
 		started:      time.Now(),
 		events:       map[string]bool{},
 		shutdownDone: make(chan struct{}),
+		running:      map[string][]*runningCall{},
+		order:        newOrderer(),
+		flow:         newFlow(opts.MaxInFlight, opts.MaxInFlightBytes, opts.ManageMemory),
+		stopping:     make(chan struct{}),
 	}
+	s.base, s.cancelBase = context.WithCancelCause(context.Background())
 	s.workers.tasks = make(chan func())
 	s.codec = NewCodec(framing.Limits{
 		MaxBody:       2*opts.MaxStateBytes + 1<<20,
 		MaxAttachment: opts.MaxStateBytes,
 	}, opts.Logger)
-	done := make(chan struct{})
-	close(done)
-	s.lastMutation = done
-	s.lastDone = done
 	s.methods = map[string]method{
 		protocol.MethodInitialize:   {kindRead, s.initialize},
 		protocol.MethodSave:         {kindMutation, s.save},
@@ -152,7 +201,10 @@ func New(st store.Backend, opts Options) *Server {
 }
 
 // Serve answers requests read from in on out until the client closes its end, sends shutdown,
-// or ctx is cancelled. Every accepted mutation is finished before Serve returns.
+// or ctx is cancelled. Requests already read then get Options.StopGrace to finish; whatever has
+// not committed by then is cancelled and answered -32007. Every acknowledged write is committed
+// before Serve returns. It returns an error only when the input had to be abandoned (a frame
+// declaring more bytes than can be skipped).
 func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) error {
 	rwc := &stdio{in: in, out: out}
 	conn := jsonrpc2.NewConn(context.Background(), jsonrpc2.NewBufferedStream(rwc, s.codec), s,
@@ -165,27 +217,64 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 	select {
 	case <-conn.DisconnectNotify():
 		cause = "client closed the connection"
+	case <-s.codec.InputEnded():
+		cause = "client closed stdin"
+		if s.codec.Err() != nil {
+			cause = "input abandoned"
+		}
 	case <-s.shutdownDone:
 		cause = "shutdown requested"
-		rwc.drained(500 * time.Millisecond)
 	case <-ctx.Done():
 		cause = "signal"
 	}
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	s.inflight.Wait()
+	s.beginStop()
+	hard := time.NewTimer(s.opts.StopGrace + stopHardLimit)
+	defer hard.Stop()
+	if cause == "shutdown requested" {
+		rwc.drained(500 * time.Millisecond)
+	}
+	idle := make(chan struct{})
+	go func() { s.inflight.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-hard.C:
+		n, _ := s.flow.inFlight()
+		s.log.Warn("stopping with requests unanswered (a reply the client does not read?)", "count", n)
+	}
+	if cause == "client closed stdin" || cause == "input abandoned" {
+		// The codec ends the connection once the replies it owes are written.
+		select {
+		case <-conn.DisconnectNotify():
+		case <-hard.C:
+		}
+	}
 	s.engine.CloseWatches(2 * time.Second) // the connection is closing: end every drift watch
 	s.log.Info("stopping", "reason", cause)
 	_ = conn.Close()
+	if err := s.codec.Err(); err != nil {
+		return err
+	}
 	return nil
 }
 
-// Handle implements jsonrpc2.Handler. It runs on the connection's read loop, so it only decodes
-// enough to schedule the call and returns.
+// beginStop refuses new requests and, after the grace, cancels whatever has not committed.
+func (s *Server) beginStop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
+		close(s.stopping)
+		time.AfterFunc(s.opts.StopGrace, func() { s.cancelBase(errShuttingDown) })
+	})
+}
+
+// Handle implements jsonrpc2.Handler. It runs on the connection's read loop, so it only reads
+// enough of the params to schedule the call, and returns once the connection has room for
+// another request (see flow.go): while it waits, nothing more is read.
 func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	inc, _ := s.codec.Take(req)
-	if req.Method == protocolErrorMethod {
+	switch req.Method {
+	case protocolErrorMethod:
 		if inc.ProtocolError != nil {
 			s.log.Warn("bad frame", "code", inc.ProtocolError.Code, "error", inc.ProtocolError.Message)
 			if !req.Notif {
@@ -193,9 +282,11 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 			}
 		}
 		return
-	}
-	if req.Method == protocol.MethodShutdown {
+	case protocol.MethodShutdown:
 		s.shutdown(conn, req)
+		return
+	case protocol.MethodCancelRequest:
+		s.cancelRequest(conn, req, inc.Params)
 		return
 	}
 	m, ok := s.methods[req.Method]
@@ -210,51 +301,141 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 		return
 	}
 	s.inflight.Add(1)
-	c := &call{req: req, params: inc.Params, attachment: inc.Attachment, hasAttachment: inc.HasAttachment}
-	// Mutations start in arrival order (each waits until the previous one is queued in the
-	// store); reads wait for the mutations that arrived before them to finish, so a client that
-	// pipelines a save and a load reads its own write, while later saves never wait for reads.
-	var prev, finished chan struct{}
-	if m.kind == kindMutation {
-		prev = s.lastMutation
-		mine := make(chan struct{})
-		s.lastMutation = mine
-		var once sync.Once
-		c.release = func() { once.Do(func() { close(mine) }) }
-		finished = make(chan struct{})
-		s.lastDone = finished
-	} else {
-		prev = s.lastDone
-		c.release = func() {}
-	}
 	s.mu.Unlock()
 
-	s.workers.run(func() {
-		defer s.inflight.Done()
-		defer c.release()
-		if finished != nil {
-			defer close(finished)
+	c := &call{req: req, params: inc.Params, attachment: inc.Attachment, hasAttachment: inc.HasAttachment, release: func() {}}
+	size := int64(len(inc.Params) + len(inc.Attachment))
+	s.flow.acquire(size)
+	deps, mine := s.order.enter(s.scopeOf(req.Method, inc.Params), m.kind == kindMutation)
+	if mine != nil {
+		c.release = mine.release
+	}
+	rctx, cancel := context.WithCancelCause(s.base)
+	rc := &runningCall{cancel: cancel}
+	key := idKey(inc.RawID)
+	if !req.Notif {
+		s.mu.Lock()
+		s.running[key] = append(s.running[key], rc)
+		s.mu.Unlock()
+	}
+	end := func() {
+		cancel(nil)
+		if !req.Notif {
+			s.mu.Lock()
+			s.running[key] = removeCall(s.running[key], rc)
+			if len(s.running[key]) == 0 {
+				delete(s.running, key)
+			}
+			s.mu.Unlock()
 		}
-		<-prev
+		s.flow.release(size)
+		s.inflight.Done()
+	}
+	pick := doneOf // a read waits for the earlier mutations of its keys to finish
+	if m.kind == kindMutation {
+		pick = queuedOf // a mutation, for them to be queued in the store
+	}
+	run := func() {
+		defer end()
+		if err := wait(rctx, deps, pick); err != nil {
+			s.order.finish(mine, deps)
+			s.respond(conn, req, reply{}, cancelledError(rctx))
+			return
+		}
 		start := time.Now()
-		// Handlers run on a context that outlives the client's connection: an accepted save is
-		// committed even if the client goes away before the reply.
-		r, err := s.safeRun(m, c)
+		hctx := rctx
+		if m.kind == kindMutation && !cancelInside[req.Method] {
+			hctx = context.WithoutCancel(rctx)
+		}
+		r, err := s.safeRun(hctx, m, c)
+		s.order.finish(mine, deps)
+		if err != nil && rctx.Err() != nil {
+			err = cancelledError(rctx)
+		}
 		s.respond(conn, req, r, err)
 		s.metrics.byMethod[req.Method].observe(time.Since(start))
-	})
+	}
+	if ready(deps, pick) {
+		s.workers.run(run)
+	} else {
+		// Wait on a small goroutine; a worker (with the stack SQLite grew) runs it when ready.
+		go func() {
+			_ = wait(rctx, deps, pick)
+			s.workers.run(run)
+		}()
+	}
+	s.flow.waitRoom(s.stopping)
+}
+
+// cancelledError is the reply to a request cancelled before it committed anything.
+func cancelledError(ctx context.Context) *jsonrpc2.Error {
+	if errors.Is(context.Cause(ctx), errShuttingDown) {
+		return rpcError(protocol.CodeShuttingDown, "shutting down: request cancelled before it completed", nil)
+	}
+	return rpcError(protocol.CodeRequestCancelled, "request cancelled", nil)
+}
+
+// cancelRequest handles LSP's $/cancelRequest {id}: the requests in flight with that id are
+// cancelled; those that have not committed anything answer -32800. An unknown or finished id is
+// ignored.
+func (s *Server) cancelRequest(conn *jsonrpc2.Conn, req *jsonrpc2.Request, params json.RawMessage) {
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if perr := decodeParams(params, &p); perr != nil || !validID(p.ID) {
+		if perr == nil {
+			perr = invalidParams("id", "must be the id of a request: a string or an integer in [0, 2^53]")
+		}
+		s.log.Debug("$/cancelRequest ignored", "error", perr.Message)
+		if !req.Notif {
+			s.respond(conn, req, reply{}, perr)
+		}
+		return
+	}
+	s.mu.Lock()
+	calls := s.running[idKey(p.ID)]
+	for _, rc := range calls {
+		rc.cancel(errRequestCancelled)
+	}
+	s.mu.Unlock()
+	s.log.Debug("$/cancelRequest", "id", string(p.ID), "cancelled", len(calls))
+	if !req.Notif {
+		s.respond(conn, req, reply{result: nil}, nil)
+	}
+}
+
+// idKey canonicalises a request id: the string value of a string id, or "#" and the digits of a
+// number (validID allows no other spellings), so that $/cancelRequest finds it however it
+// escapes the string.
+func idKey(raw json.RawMessage) string {
+	if len(raw) > 0 && raw[0] == '"' {
+		var v string
+		if json.Unmarshal(raw, &v) == nil {
+			return "s" + v
+		}
+	}
+	return "#" + string(raw)
+}
+
+func removeCall(calls []*runningCall, rc *runningCall) []*runningCall {
+	for i, x := range calls {
+		if x == rc {
+			return append(calls[:i], calls[i+1:]...)
+		}
+	}
+	return calls
 }
 
 // safeRun runs a handler and turns a panic into an internal error: client input must never
 // take the daemon down.
-func (s *Server) safeRun(m method, c *call) (r reply, err *jsonrpc2.Error) {
+func (s *Server) safeRun(ctx context.Context, m method, c *call) (r reply, err *jsonrpc2.Error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("handler panic", "method", c.req.Method, "panic", p)
 			r, err = reply{}, rpcError(protocol.CodeInternal, "internal error (please report): handler panicked", nil)
 		}
 	}()
-	return m.run(context.Background(), c)
+	return m.run(ctx, c)
 }
 
 func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, rerr *jsonrpc2.Error) {
@@ -290,8 +471,7 @@ func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, re
 	if r.hasAttachment {
 		s.codec.AttachToReply(req.ID, r.attachment)
 	}
-	raw := json.RawMessage(b)
-	if err := conn.SendResponse(ctx, &jsonrpc2.Response{ID: req.ID, Result: &raw}); err != nil {
+	if err := conn.SendResponse(ctx, &jsonrpc2.Response{ID: req.ID, Result: s.codec.Result(req.ID, b)}); err != nil {
 		s.log.Debug("reply not sent", "method", req.Method, "error", err)
 	}
 }

@@ -5,7 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bin
+echo "### building ckptd: go build -o bin/ckptd ./cmd/ckptd (the first build compiles SQLite and takes"
+echo "    about 100 s on a cold cache; later builds take a few seconds)"
+start=$(date +%s)
 CGO_ENABLED=0 go build -o bin/ckptd ./cmd/ckptd
+echo "### built bin/ckptd in $(( $(date +%s) - start )) s: $(bin/ckptd version)"
+echo
 export CKPTD_PATH="$PWD/bin/ckptd"
 export PYTHONPATH="$PWD/clients/python/src${PYTHONPATH:+:$PYTHONPATH}"
 work=$(mktemp -d)

@@ -58,10 +58,16 @@ func FuzzArchive(f *testing.F) {
 		f.Add(writeThreadArchive(f, comp, threadRecords(), nil))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) > 64<<10 {
+			return // the seeds are a few KiB: longer inputs explore nothing new, slowly
+		}
 		in = fixDigest(in)
-		if ar, err := openArchive(bytes.NewReader(in), int64(len(in))); err == nil && ar.isThread() {
-			fuzzThreadRoundTrip(t, ar)
-			return
+		if ar, err := openArchive(bytes.NewReader(in), int64(len(in))); err == nil {
+			if ar.isThread() {
+				fuzzThreadRoundTrip(t, ar)
+				return
+			}
+			ar.close() // read again below; an unclosed zstd decoder keeps its goroutine and buffers
 		}
 		rec, got, err := readTestArchive(in)
 		if err != nil {

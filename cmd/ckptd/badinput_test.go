@@ -117,9 +117,10 @@ func TestBadInputFramingAndEnvelope(t *testing.T) {
 		{"invalid JSON", frame(`{"jsonrpc":"2.0","id":1,"method":`), -32700, "null", "invalid JSON"},
 		{"trailing garbage", frame(`{"jsonrpc":"2.0","id":1,"method":"stats"} x`), -32700, "null", "invalid JSON"},
 		{"empty body", frame(``), -32700, "null", "parse error"},
-		{"invalid UTF-8 in a string", frame("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"checkpoint/save\",\"params\":{\"workflowId\":\"w\xff\"}}"), -32700, "null", "UTF-8"},
+		{"invalid UTF-8 in a string: answered with the id", frame("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"checkpoint/save\",\"params\":{\"workflowId\":\"w\xff\"}}"), -32700, "2", "UTF-8"},
 		{"invalid UTF-8 outside strings", frame("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"stats\"}\xc3"), -32700, "null", "UTF-8"},
-		{"nesting deeper than 10000", frame(deep(10001)), -32700, "null", "parse error"},
+		{"nesting deeper than 10000: answered with the request's id", frame(deep(10001)), -32700, `"deep"`, "exceeded max depth"},
+		{"nesting of 100000 inside params: answered with the request's id", frame(deep(100000)), -32700, `"deep"`, "exceeded max depth"},
 		{"nesting of 10000 is fine", frame(deep(9998)), 0, `"deep"`, ""},
 		// valid JSON that is not JSON-RPC
 		{"object without jsonrpc", frame(`{"hello":"world"}`), -32600, "null", "jsonrpc"},
@@ -169,6 +170,11 @@ func TestBadInputFramingAndEnvelope(t *testing.T) {
 		{"invalid UTF-8 bytes attachment is fine", framing.AppendFrame(nil, []byte(`{"jsonrpc":"2.0","id":15,"method":"checkpoint/save","params":{"workflowId":"w","stateAttachment":true,"stateType":"bytes"}}`), []byte("\xff\xfe"), true), 0, "15", ""},
 		{"two state sources", frame(`{"jsonrpc":"2.0","id":16,"method":"checkpoint/save","params":{"workflowId":"w","state":1,"stateBase64":"AA=="}}`), -32602, "16", "state"},
 		{"bad base64", frame(`{"jsonrpc":"2.0","id":17,"method":"checkpoint/save","params":{"workflowId":"w","stateBase64":"!!"}}`), -32602, "17", "stateBase64"},
+		// every save param is checked and bounded (#20)
+		{"empty checkpointId", frame(`{"jsonrpc":"2.0","id":18,"method":"checkpoint/save","params":{"workflowId":"w","checkpointId":""}}`), -32602, "18", "checkpointId"},
+		{"bogus stateType without attachment", frame(`{"jsonrpc":"2.0","id":19,"method":"checkpoint/save","params":{"workflowId":"w","stateType":"bogus"}}`), -32602, "19", "stateType"},
+		{"metadata over 1 MiB", frame(`{"jsonrpc":"2.0","id":20,"method":"checkpoint/save","params":{"workflowId":"w","metadata":{"m":"` + strings.Repeat("m", 1<<20) + `"}}}`), -32602, "20", "metadata"},
+		{"pendingTasks over 16 MiB", frame(`{"jsonrpc":"2.0","id":21,"method":"checkpoint/save","params":{"workflowId":"w","pendingTasks":["` + strings.Repeat("t", 16<<20) + `"]}}`), -32602, "21", "pendingTasks"},
 	}
 	after := 0
 	start := time.Now()

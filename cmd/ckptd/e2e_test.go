@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,6 +28,12 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		// Fuzzing (FuzzArchive) needs no binary: every fuzz worker process runs TestMain, and
+		// building ckptd in each would take most of a bounded fuzz run.
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "ckptd-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -86,7 +93,11 @@ func startDaemonB(b *testing.B, db string, args ...string) *daemon {
 }
 
 func startDaemonTB(t testing.TB, db string, args ...string) *daemon {
-	cmd := exec.Command(binPath, append([]string{"--db", db}, args...)...)
+	bin := binPath
+	if _, bench := t.(*testing.B); bench && os.Getenv("CKPTD_BENCH_BIN") != "" {
+		bin = os.Getenv("CKPTD_BENCH_BIN") // benchmarks of another build (a baseline)
+	}
+	cmd := exec.Command(bin, append([]string{"--db", db}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

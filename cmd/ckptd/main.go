@@ -12,9 +12,6 @@ import (
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
-
 // Exit codes shared by every subcommand.
 const (
 	exitOK      = 0
@@ -56,10 +53,7 @@ func commands() []command {
 		{"export", "write a workflow to a portable archive", runExport},
 		{"import", "read a workflow from an archive", runImport},
 		{"stats", "database size, counts and largest workflows", runStats},
-		{"version", "print the version", func(_ context.Context, e *env, _ []string) error {
-			fmt.Fprintf(e.stdout, "ckptd %s\n", version)
-			return nil
-		}},
+		{"version", "print the version, commit and Go version (also: ckptd --version)", runVersion},
 	}
 }
 
@@ -75,6 +69,9 @@ func run(ctx context.Context, e *env, args []string) int {
 	name, rest := "serve", args
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, rest = args[0], args[1:]
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		name, rest = "version", nil
 	}
 	if name == "help" {
 		printUsage(e.stdout)

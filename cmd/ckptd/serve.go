@@ -108,7 +108,8 @@ const serveUsage = `usage: ckptd [serve] [flags]
 
 Runs the checkpoint sidecar: JSON-RPC 2.0 on stdin/stdout (Content-Length framing,
 see docs/protocol.md), logs on stderr. Exits 0 on stdin EOF, "shutdown", SIGTERM or SIGINT
-once every acknowledged save is on disk.
+once every acknowledged save is on disk (requests still running after 1 s are cancelled);
+exits 1 when a frame declares a length too large to skip.
 
 example:
   ckptd --db ./agent.db --durability full --keep-last 20
@@ -165,10 +166,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	log.Info("serving", "db", path, "durability", g.durability, "version", version)
-	if f, ok := e.stdin.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			log.Warn("stdin is a terminal: ckptd serve is a sidecar that reads JSON-RPC frames (docs/protocol.md); press Ctrl-D to stop, or run 'ckptd help' for the inspection commands")
-		}
+	if f, ok := e.stdin.(*os.File); ok && isTerminalFile(f) { // a terminal, not just any character device (/dev/null)
+		log.Warn("stdin is a terminal: ckptd serve is a sidecar that reads JSON-RPC frames (docs/protocol.md); press Ctrl-D to stop, or run 'ckptd help' for the inspection commands")
 	}
 	srv := rpc.New(st, rpc.Options{
 		Version:          version,
@@ -176,6 +175,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		MaxStateBytes:    maxBytes,
 		DefaultRetention: retention,
 		Logger:           log,
+		// The soft memory limit follows the bytes in flight unless the user set one.
+		ManageMemory: e.getenv("GOMEMLIMIT") == "",
 	})
 	stdout, _ := e.stdout.(io.Closer)
 	growPipes(log, e.stdin, stdout)
@@ -183,6 +184,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, err)
 	}
+	if serveErr != nil {
+		// Every acknowledged save is committed, but the connection was not ended by the
+		// client: exit non-zero so that whoever supervises ckptd notices.
+		log.Error("stopped: the connection could not go on", "error", serveErr)
+		return serveErr
+	}
 	log.Info("stopped cleanly")
-	return serveErr
+	return nil
 }

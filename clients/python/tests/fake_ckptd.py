@@ -41,7 +41,8 @@ def main():
         method, rid = msg.get("method"), msg.get("id")
         params = msg.get("params")
         if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"serverName": "fake", "protocolVersion": 1,
+            send({"jsonrpc": "2.0", "id": rid, "result": {"serverName": "fake", "serverVersion": "0",
+                  "protocolVersion": int(os.environ.get("FAKE_PROTOCOL", "1")),
                   "capabilities": {"attachments": True, "maxStateBytes": 1000,
                   "drift": os.environ.get("FAKE_DRIFT") == "1"}}})
             continue

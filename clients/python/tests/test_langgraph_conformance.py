@@ -36,8 +36,8 @@ def require(*modules: str) -> None:
             missing.append("%s (%s)" % (m, e))
     if missing:
         msg = "LangGraph packages missing: %s. Install them with:\n  %s" % (", ".join(missing), INSTALL)
-        if os.environ.get("CKPTD_REQUIRE_LANGGRAPH") == "1":
-            pytest.fail(msg + "\n(CKPTD_REQUIRE_LANGGRAPH=1: required)", pytrace=False)
+        if os.environ.get("CKPTD_REQUIRE_LANGGRAPH") == "1" or os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(msg + "\n(CKPTD_REQUIRE_LANGGRAPH=1 or CI=true: required)", pytrace=False)
         pytest.skip(msg)
 
 

@@ -104,8 +104,9 @@ def test_binary_not_found_lists_every_place(tmp_path: Path) -> None:
     msg = str(ei.value)
     assert "binary= argument: not given" in msg
     assert "$CKPTD_PATH=" in msg and "does not exist" in msg
+    assert "binary shipped with the package" in msg
     assert "$PATH (%s)" % tmp_path in msg
-    assert len(ei.value.searched) == 3
+    assert len(ei.value.searched) == 4
 
     with pytest.raises(ckptd.BinaryNotFound) as ei:
         C.find_binary(None, {"PATH": str(tmp_path)})

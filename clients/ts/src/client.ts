@@ -9,6 +9,7 @@ import { EventEmitter } from "node:events";
 
 import { findBinary } from "./binary.js";
 import { Claim, type ClaimOptions } from "./claim.js";
+import { checkProtocolVersion } from "./version.js";
 import "./dispose.js";
 import { ClientClosedError, CkptdError, DaemonDiedError, ErrorCode, ProtocolError, errorFromRpc } from "./errors.js";
 import { FrameReader, FramingError, encodeFrame, parseBody, type Frame } from "./framing.js";
@@ -657,6 +658,7 @@ export class Client extends EventEmitter<ClientEvents> {
   /** Sends `initialize` (done by `start` unless `initialize: false`). Replaces the event opt-ins. */
   async initialize(params: InitializeParams = {}, options?: CallOptions): Promise<InitializeResult> {
     const r = await this.request<InitializeResult>("initialize", params, options);
+    checkProtocolVersion(r);
     this.serverInfo = r;
     return r;
   }

@@ -3,9 +3,13 @@
  *
  * ```ts
  * import { Client } from "ckptd";
- * await using client = await Client.start({ db: "./ckpt.db" });
- * const { checkpointId } = await client.save({ workflowId: "wf-1", step: 0, state: { n: 1 } });
- * const cp = await client.load({ checkpointId });
+ * const client = await Client.start({ db: "./ckpt.db" });
+ * try {
+ *   const { checkpointId } = await client.save({ workflowId: "wf-1", step: 0, state: { n: 1 } });
+ *   const cp = await client.load({ checkpointId });
+ * } finally {
+ *   await client.close();
+ * }
  * ```
  */
 import "./dispose.js";
@@ -41,8 +45,9 @@ export {
   errorFromRpc,
 } from "./errors.js";
 export type { ResumeProblem, RpcErrorObject } from "./errors.js";
-export { findBinary } from "./binary.js";
+export { findBinary, packagedBinary } from "./binary.js";
 export type { FindBinaryOptions } from "./binary.js";
+export { PROTOCOL_VERSION, checkProtocolVersion } from "./version.js";
 export { FrameReader, FramingError, MAX_HEADER_BYTES, encodeFrame, parseBody } from "./framing.js";
 export type { Frame, FrameReaderOptions, FramingErrorKind } from "./framing.js";
 export type * from "./types.js";

@@ -107,7 +107,8 @@ describe("findBinary", () => {
         assert.match(e.message, /\$CKPTD_PATH: not set/);
         assert.match(e.message, /\$PATH: \/nonexistent-a\/ckptd: does not exist/);
         assert.match(e.message, /\$PATH: \/nonexistent-b\/ckptd: does not exist/);
-        assert.equal(e.tried.length, 4);
+        assert.match(e.message, /package @ckptd\/\S+: @ckptd\/\S+ is not installed/);
+        assert.equal(e.tried.length, 5);
         return true;
       },
     );
@@ -117,7 +118,7 @@ describe("findBinary", () => {
     assert.throws(() => findBinary({ binary: join(t.dir, "missing"), env: { CKPTD_PATH: exe, PATH: t.dir } }), (e: unknown) => {
       assert.ok(e instanceof BinaryNotFoundError);
       assert.match(e.message, /missing: does not exist/);
-      assert.match(e.message, /CKPTD_PATH and PATH were not searched/);
+      assert.match(e.message, /CKPTD_PATH, the platform package and PATH were not used/);
       return true;
     });
     assert.throws(() => findBinary({ env: { CKPTD_PATH: notExe, PATH: t.dir } }), (e: unknown) => {

@@ -6,7 +6,16 @@ protocol (docs/protocol.md) over stdin/stdout; states travel as raw frame attach
 
 from __future__ import annotations
 
-from ._common import DEFAULT_RETRYABLE, NO_STATE, Checkpoint, ResumePlan, __version__, find_binary
+from ._common import (
+    DEFAULT_RETRYABLE,
+    NO_STATE,
+    PROTOCOL_VERSION,
+    Checkpoint,
+    ProtocolVersionWarning,
+    ResumePlan,
+    __version__,
+    find_binary,
+)
 from .aio import AsyncClient, AsyncStep, AsyncWorkflow
 from .claim import AsyncClaim, Claim
 from .client import Client
@@ -50,6 +59,8 @@ __all__ = [
     "NO_STATE",
     "DEFAULT_RETRYABLE",
     "find_binary",
+    "PROTOCOL_VERSION",
+    "ProtocolVersionWarning",
     "CkptdError",
     "ProtocolError",
     "MethodNotFound",

@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BinaryNotFound, InvalidParams, TooLarge
@@ -68,12 +69,33 @@ def _describe_missing(path: str) -> str:
     return "is not usable"
 
 
+def packaged_binary() -> str:
+    """Where a platform wheel puts the ckptd binary: ``ckptd/bin/ckptd`` (``ckptd.exe`` on
+    Windows) inside this package. The file is absent in a client-only install."""
+    name = BINARY_NAME + (".exe" if os.name == "nt" else "")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name)
+
+
+def _is_ckptd_command(path: str) -> bool:
+    """True for the ``ckptd`` console script pip installs with this package (a small launcher that
+    runs the packaged binary), which must not be taken for the binary itself."""
+    try:
+        if os.path.getsize(path) > (1 << 20):  # the real binary is ~10 MB
+            return False
+        with open(path, "rb") as f:
+            return b"ckptd.__main__" in f.read()
+    except OSError:
+        return False
+
+
 def find_binary(binary: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> str:
     """Returns the path of the ckptd executable to run.
 
     Looks at, in order: the ``binary`` argument (a path, or a name searched on ``PATH``), the
-    ``CKPTD_PATH`` environment variable, and ``ckptd`` on ``PATH``. Raises :class:`BinaryNotFound`
-    naming every place it looked (and why each did not do) when none gives an executable file.
+    ``CKPTD_PATH`` environment variable, the binary shipped inside this package (platform
+    wheels), and ``ckptd`` on ``PATH``. Raises :class:`BinaryNotFound` naming every place it
+    looked (and why each did not do) when none gives an executable file. A given ``binary`` or a
+    set ``CKPTD_PATH`` that does not work is an error, never a silent fallback to another build.
     """
     environ = os.environ if env is None else env
     searched: List[str] = []
@@ -90,11 +112,12 @@ def find_binary(binary: Optional[str] = None, env: Optional[Mapping[str, str]] =
             if found:
                 return found
             searched.append("binary=%r argument: no executable of that name on PATH (%s)" % (binary, path_var))
-        # An explicit binary that does not exist is an error: no silent fallback to another build.
         raise BinaryNotFound(_not_found_message(searched), searched)
 
     searched.append("binary= argument: not given")
+    # A set but unusable CKPTD_PATH is an error: the later places are listed, not used.
     env_value = environ.get(ENV_BINARY)
+    unused = ""
     if env_value:
         if _is_executable_file(env_value):
             return os.path.abspath(env_value)
@@ -103,17 +126,36 @@ def find_binary(binary: Optional[str] = None, env: Optional[Mapping[str, str]] =
             if found:
                 return found
         searched.append("$%s=%r: %s" % (ENV_BINARY, env_value, _describe_missing(env_value)))
+        unused = ", not used because $%s is set (fix or unset it)" % ENV_BINARY
     else:
         searched.append("$%s: not set" % ENV_BINARY)
 
-    found = shutil.which(BINARY_NAME, path=path_var)
-    if found:
-        if env_value:
-            # CKPTD_PATH was set but unusable: fail rather than run a different build.
-            searched.append("$PATH: found %s, not used because $%s is set" % (found, ENV_BINARY))
-            raise BinaryNotFound(_not_found_message(searched), searched)
-        return found
-    searched.append("$PATH (%s): no executable named %r" % (path_var, BINARY_NAME))
+    shipped = packaged_binary()
+    if _is_executable_file(shipped):
+        if not unused:
+            return shipped
+        searched.append("binary shipped with the package: found %s%s" % (shipped, unused))
+    elif os.path.exists(shipped):
+        searched.append("binary shipped with the package (%s): %s" % (shipped, _describe_missing(shipped)))
+    else:
+        searched.append("binary shipped with the package (%s): absent, this install of the client "
+                        "has no binary (a client-only or source build)" % shipped)
+
+    skipped = []
+    for d in path_var.split(os.pathsep):
+        found = shutil.which(BINARY_NAME, path=d) if d else None
+        if not found:
+            continue
+        if _is_ckptd_command(found):
+            skipped.append(found)
+            continue
+        if not unused:
+            return found
+        searched.append("$PATH: found %s%s" % (found, unused))
+        break
+    else:
+        note = "; skipped %s (the pip package's launcher, not the binary)" % ", ".join(skipped) if skipped else ""
+        searched.append("$PATH (%s): no executable named %r%s" % (path_var, BINARY_NAME, note))
     raise BinaryNotFound(_not_found_message(searched), searched)
 
 
@@ -121,10 +163,34 @@ def _not_found_message(searched: Sequence[str]) -> str:
     lines = ["ckptd executable not found. Looked at:"]
     lines.extend("  - " + s for s in searched)
     lines.append(
-        "Build it with `go build -o bin/ckptd ./cmd/ckptd` in the ckptd repository, then pass "
-        "binary=PATH, set $CKPTD_PATH, or put it on $PATH."
+        "Install a platform wheel, which carries the binary (pip install ckptd: Linux, macOS and "
+        "Windows on x86-64, Linux and macOS on arm64), or build it with `go build -o bin/ckptd "
+        "./cmd/ckptd` in the ckptd repository and pass binary=PATH, set $CKPTD_PATH, or put it on $PATH."
     )
     return "\n".join(lines)
+
+
+#: The newest protocolVersion this client knows (docs/protocol.md).
+PROTOCOL_VERSION = 1
+
+
+class ProtocolVersionWarning(RuntimeWarning):
+    """The daemon speaks a newer protocol version than this client knows."""
+
+
+def check_protocol_version(result: Any) -> None:
+    """Warns (once per daemon version, through :mod:`warnings`) when ``initialize`` reports a
+    protocolVersion newer than this client knows: what it knows still works, newer features may
+    not be reachable from it."""
+    v = result.get("protocolVersion") if isinstance(result, dict) else None
+    if isinstance(v, int) and not isinstance(v, bool) and v > PROTOCOL_VERSION:
+        warnings.warn(
+            "ckptd %s speaks protocol version %d; this client (ckptd-python %s) knows version %d. "
+            "It keeps working; upgrade the client (pip install -U ckptd) to use what is new."
+            % (result.get("serverVersion", "?"), v, __version__, PROTOCOL_VERSION),
+            ProtocolVersionWarning,
+            stacklevel=3,
+        )
 
 
 def build_argv(binary: str, db: Optional[Union[str, "os.PathLike[str]"]], args: Iterable[str]) -> List[str]:

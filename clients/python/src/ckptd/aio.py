@@ -940,6 +940,7 @@ class AsyncClient:
         if events is not None:
             params["events"] = list(events)
         result, _ = await self._request("initialize", params, _internal=_internal)
+        C.check_protocol_version(result)
         if isinstance(result, dict):
             self.server_info = result
             caps = result.get("capabilities")

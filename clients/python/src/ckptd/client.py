@@ -207,7 +207,8 @@ class Client:
     as a context manager, or call :meth:`close`; live clients are also closed at interpreter exit.
 
     :param db: database path (``--db``); ``None`` lets the daemon use its default.
-    :param binary: the ckptd executable; default ``$CKPTD_PATH``, else ``ckptd`` on ``PATH``.
+    :param binary: the ckptd executable; default ``$CKPTD_PATH``, else the binary shipped in
+        this package (platform wheels), else ``ckptd`` on ``PATH`` (see :func:`find_binary`).
     :param args: extra command-line arguments (e.g. ``["--durability", "normal"]``).
     :param events: notifications to opt in to (``checkpoint/saved``, ``checkpoint/pruned``,
         ``checkpoint/corrupted``); they are passed to ``on_notification(method, params)``.
@@ -888,6 +889,7 @@ class Client:
         return result  # type: ignore[no-any-return]
 
     def _on_initialized(self, result: Any) -> None:
+        C.check_protocol_version(result)
         if isinstance(result, dict):
             self.server_info = result
             caps = result.get("capabilities")

@@ -135,7 +135,8 @@ class CkptdSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver that stores checkpoints in ckptd.
 
     :param db: database path for the ckptd daemon this saver starts (``--db``).
-    :param binary: the ckptd executable (default ``$CKPTD_PATH``, else ``ckptd`` on ``PATH``).
+    :param binary: the ckptd executable (default ``$CKPTD_PATH``, else the binary shipped in the
+        package, else ``ckptd`` on ``PATH``).
     :param client: an existing :class:`ckptd.Client` to use instead of starting a daemon; the saver
         then leaves it open on :meth:`close`.
     :param serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).

@@ -1,0 +1,173 @@
+package rpc
+
+import (
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
+	"sync"
+	"time"
+)
+
+// Flow control of one connection (docs/protocol.md, "Backpressure").
+//
+// A request is in flight from the moment it is read until its reply is written (a notification:
+// until its handler returns). While MaxInFlight requests or MaxInFlightBytes bytes (params plus
+// attachment) are in flight, the read loop stops reading stdin: the pipe fills up and the
+// client's writes block until replies are read and written. The request that reaches a bound is
+// always accepted, so one request larger than MaxInFlightBytes still runs (alone).
+//
+// Memory: after a burst (more than freeAfterAlloc bytes allocated since the heap was last
+// returned) the heap is collected and returned to the operating system once the connection has
+// been idle for freeIdle. With Options.ManageMemory the Go runtime's soft memory limit also
+// follows what the heap needs: the live heap that is not requests in flight (caches, say), plus
+// memBase of headroom, plus memPerByte × the bytes in flight. serve runs with GOGC=400 (fewer
+// collections while states of a few hundred KiB stream through); without the limit a burst lets
+// the heap grow to five times its live size, which a burst of large states has time to do.
+
+const (
+	// DefaultMaxInFlight and DefaultMaxInFlightBytes are the bounds used when Options leave them 0.
+	DefaultMaxInFlight      = 64
+	DefaultMaxInFlightBytes = 16 << 20
+
+	freeAfterAlloc = 16 << 20
+	freeIdle       = 100 * time.Millisecond
+
+	memBase    = 16 << 20
+	memPerByte = 2
+	memStep    = 4 << 20 // the limit is updated when it would move this much
+)
+
+type flow struct {
+	maxReqs  int
+	maxBytes int64
+	manage   bool // Options.ManageMemory
+
+	mu        sync.Mutex
+	reqs      int
+	bytes     int64
+	room      chan struct{} // closed (and replaced) whenever something is released
+	limit     int64         // the soft memory limit last set (ManageMemory)
+	idle      *time.Timer
+	allocBase uint64 // heap bytes allocated when memory was last returned
+	frees     int    // times memory was returned (for tests and logs)
+	sample    []rtmetrics.Sample
+}
+
+const (
+	sampleAllocs = iota // /gc/heap/allocs:bytes
+	sampleLive          // /gc/heap/live:bytes
+)
+
+func newFlow(maxReqs int, maxBytes int64, manage bool) *flow {
+	if maxReqs <= 0 {
+		maxReqs = DefaultMaxInFlight
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxInFlightBytes
+	}
+	f := &flow{maxReqs: maxReqs, maxBytes: maxBytes, manage: manage, room: make(chan struct{}),
+		sample: []rtmetrics.Sample{sampleAllocs: {Name: "/gc/heap/allocs:bytes"}, sampleLive: {Name: "/gc/heap/live:bytes"}}}
+	f.allocBase = f.allocs()
+	if manage {
+		f.setLimitLocked()
+	}
+	return f
+}
+
+// allocs reads the runtime's metrics and returns the heap bytes allocated so far.
+func (f *flow) allocs() uint64 {
+	rtmetrics.Read(f.sample)
+	return f.uint(sampleAllocs)
+}
+
+func (f *flow) uint(i int) uint64 {
+	if f.sample[i].Value.Kind() != rtmetrics.KindUint64 {
+		return 0
+	}
+	return f.sample[i].Value.Uint64()
+}
+
+// acquire counts a request of n bytes as in flight. It never blocks.
+func (f *flow) acquire(n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs++
+	f.bytes += n
+	if f.idle != nil {
+		f.idle.Stop()
+	}
+	if f.manage {
+		f.setLimitLocked()
+	}
+}
+
+// waitRoom blocks while a bound is reached, or until stop is closed.
+func (f *flow) waitRoom(stop <-chan struct{}) {
+	for {
+		f.mu.Lock()
+		if f.reqs < f.maxReqs && f.bytes < f.maxBytes {
+			f.mu.Unlock()
+			return
+		}
+		room := f.room
+		f.mu.Unlock()
+		select {
+		case <-room:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// release ends a request of n bytes.
+func (f *flow) release(n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs--
+	f.bytes -= n
+	close(f.room)
+	f.room = make(chan struct{})
+	if f.manage {
+		f.setLimitLocked()
+	}
+	if f.reqs == 0 && f.allocs()-f.allocBase > freeAfterAlloc {
+		if f.idle == nil {
+			f.idle = time.AfterFunc(freeIdle, f.freeIfIdle)
+		} else {
+			f.idle.Reset(freeIdle)
+		}
+	}
+}
+
+// freeIfIdle returns the heap to the operating system if no request arrived meanwhile.
+func (f *flow) freeIfIdle() {
+	f.mu.Lock()
+	if f.reqs > 0 {
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	debug.FreeOSMemory()
+	f.mu.Lock()
+	f.allocBase = f.allocs()
+	f.frees++
+	f.mu.Unlock()
+}
+
+// setLimitLocked moves the soft memory limit with the live heap and the bytes in flight.
+func (f *flow) setLimitLocked() {
+	rtmetrics.Read(f.sample)
+	rest := max(0, int64(f.uint(sampleLive))-f.bytes) // live heap besides the requests
+	limit := memBase + rest + memPerByte*f.bytes
+	if f.limit > 0 && limit > f.limit-memStep && limit < f.limit+memStep {
+		return
+	}
+	f.limit = limit
+	debug.SetMemoryLimit(limit)
+}
+
+// inFlight returns the requests and bytes in flight.
+func (f *flow) inFlight() (int, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reqs, f.bytes
+}
