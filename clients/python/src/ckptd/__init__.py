@@ -11,6 +11,7 @@ from ._common import (
     NO_STATE,
     PROTOCOL_VERSION,
     Checkpoint,
+    CompensationAction,
     ProtocolVersionWarning,
     ResumePlan,
     __version__,
@@ -42,7 +43,7 @@ from .errors import (
     TooLarge,
     WrongEventLoop,
 )
-from .workflow import Step, Workflow
+from .workflow import RollbackFailed, Step, Workflow
 
 __all__ = [
     "__version__",
@@ -56,6 +57,8 @@ __all__ = [
     "AsyncClaim",
     "Checkpoint",
     "ResumePlan",
+    "CompensationAction",
+    "RollbackFailed",
     "NO_STATE",
     "DEFAULT_RETRYABLE",
     "find_binary",
