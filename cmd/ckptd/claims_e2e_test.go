@@ -12,15 +12,20 @@ import (
 	"github.com/ckptd/ckptd/protocol"
 )
 
-// e2eBackend is a database the end-to-end tests that run on every backend open: db returns a
-// --db value naming a new, empty database. A backend's own file adds itself in an init.
+// e2eBackend is a database the end-to-end tests that run on every backend open: db makes a new,
+// empty database and returns how to start a ckptd process serving it (as a worker's host
+// would: a secret the database needs is never on the command line). A backend's own file adds
+// itself in an init.
 type e2eBackend struct {
 	name string
-	db   func(t *testing.T) string
+	db   func(t *testing.T) (start func(t *testing.T) *daemon)
 }
 
 var e2eBackends = []e2eBackend{
-	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "ckptd.db") }},
+	{"sqlite", func(t *testing.T) func(t *testing.T) *daemon {
+		path := filepath.Join(t.TempDir(), "ckptd.db")
+		return func(t *testing.T) *daemon { return startDaemon(t, path) }
+	}},
 }
 
 // claimedData decodes a -32008 error.
@@ -45,10 +50,10 @@ func TestEndToEndHandOver(t *testing.T) {
 	}
 }
 
-func testHandOver(t *testing.T, db string) {
+func testHandOver(t *testing.T, start func(t *testing.T) *daemon) {
 	const wf = "wf-handover"
 	const leaseA = 3 // seconds
-	a := startDaemon(t, db)
+	a := start(t)
 	var ca protocol.ClaimResult
 	a.call(protocol.MethodClaim, map[string]any{"workflowId": wf, "owner": "worker-a", "leaseSeconds": leaseA}, nil, &ca)
 	require.Equal(t, int64(1), ca.FencingToken)
@@ -64,7 +69,7 @@ func testHandOver(t *testing.T, db string) {
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
 	_ = a.cmd.Wait()
 
-	b := startDaemon(t, db)
+	b := start(t)
 	var listed protocol.WorkflowListResult
 	b.call(protocol.MethodWorkflowList, map[string]any{"claimable": true}, nil, &listed)
 	require.Empty(t, listed.Workflows, "A's live claim: nothing to pick up")
@@ -101,7 +106,7 @@ func testHandOver(t *testing.T, db string) {
 		"state": map[string]any{"done": 3}, "fencingToken": cb.FencingToken}, nil, &s3)
 
 	// A, late: another process with A's token (what a paused A would send on waking up)
-	late := startDaemon(t, db)
+	late := start(t)
 	d := claimedData(t, late.callErr(protocol.MethodSave, map[string]any{"workflowId": wf, "checkpointId": "late-a",
 		"step": 3, "phase": "completed", "state": map[string]any{"by": "a, late"}, "fencingToken": ca.FencingToken}, nil))
 	require.Equal(t, "worker-b", *d.Owner)
@@ -153,8 +158,8 @@ func mustAtoi(t *testing.T, raw json.RawMessage) int {
 func TestEndToEndClaimableAfterKill(t *testing.T) {
 	for _, be := range e2eBackends {
 		t.Run(be.name, func(t *testing.T) {
-			db := be.db(t)
-			a := startDaemon(t, db)
+			start := be.db(t)
+			a := start(t)
 			for _, wf := range []string{"old", "dead", "new"} {
 				a.call(protocol.MethodSave, map[string]any{"workflowId": wf, "state": 1}, nil, nil)
 				time.Sleep(2 * time.Millisecond)
@@ -164,7 +169,7 @@ func TestEndToEndClaimableAfterKill(t *testing.T) {
 			a.call(protocol.MethodClaim, map[string]any{"workflowId": "new", "owner": "a", "leaseSeconds": 600}, nil, nil)
 			require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
 			_ = a.cmd.Wait()
-			b := startDaemon(t, db)
+			b := start(t)
 			ids := func() []string {
 				var l protocol.WorkflowListResult
 				b.call(protocol.MethodWorkflowList, map[string]any{"claimable": true}, nil, &l)
