@@ -72,6 +72,7 @@ type Server struct {
 	mu           sync.Mutex
 	conn         *jsonrpc2.Conn
 	events       map[string]bool
+	feed         feedState // other processes' events (rpc/feed.go)
 	closing      bool
 	running      map[string][]*runningCall // by request id (idKey): what $/cancelRequest cancels
 	inflight     sync.WaitGroup
