@@ -1,5 +1,7 @@
 """Claims: the claim helper renews in the background, fences the workflow helpers' saves, and a
-worker that loses its lease raises (-32008's data) and stores nothing more."""
+worker that loses its lease raises (-32008's data) and stores nothing more. Every test runs on
+SQLite and on PostgreSQL (a fresh schema of the run's throwaway cluster, CKPTD_TEST_PG_URL), where
+the workers of a fleet on several hosts hand workflows over."""
 
 from __future__ import annotations
 
@@ -16,7 +18,16 @@ from typing import Any, List
 import pytest
 
 import ckptd
-from conftest import HERE, child_env
+from conftest import HERE, child_env, pg_schema_url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database of one test (conftest's client uses it too): a SQLite file, or a PostgreSQL
+    URL of a schema of its own (skips without the run's cluster, fails under CI=true)."""
+    if request.param == "postgres":
+        return pg_schema_url(request.getfixturevalue("pg_base_url"))
+    return str(tmp_path / "ckptd.db")
 
 
 def other(ckptd_bin: str, db_path: str) -> ckptd.Client:
