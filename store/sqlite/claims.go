@@ -60,7 +60,13 @@ func (s *Store) fence(ctx context.Context, w *wtx, id string, token int64) error
 	if err != nil {
 		return err
 	}
-	return store.CheckFence(cur, token, s.now())
+	// The clock only matters for a held claim: a write of a workflow never claimed (or
+	// released) reads no clock, so saves take their times from s.now exactly as without claims.
+	var now time.Time
+	if cur.Held() {
+		now = s.now()
+	}
+	return store.CheckFence(cur, token, now)
 }
 
 // changeClaim runs decide on workflowID's claim in the writer's transaction and stores what it
