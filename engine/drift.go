@@ -23,9 +23,18 @@ const driftProblemPaths = 5
 // within lim (nil: the limits of the workflow's configured sources, else the defaults):
 // CheckpointDrift, with a failed check said as a *SourcesError or an *UnavailableError.
 func (e *Engine) DriftStatus(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits) (protocol.DriftStatus, error) {
-	st, err := e.CheckpointDrift(ctx, ref, base, lim)
+	return e.DriftStatusAt(ctx, ref, base, lim, "")
+}
+
+// DriftStatusAt is DriftStatus comparing the recorded sources with the same tree checked out
+// at root (CheckSourcesRoot; "": at the recorded root), as CheckpointDriftAt.
+func (e *Engine) DriftStatusAt(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits, root string) (protocol.DriftStatus, error) {
+	st, err := e.CheckpointDriftAt(ctx, ref, base, lim, root)
 	if err != nil {
-		return st, fingerprintError("sources", limitsField(lim), base.Spec.Root, err)
+		if root == "" {
+			root = base.Spec.Root
+		}
+		return st, fingerprintError("sources", limitsField(lim), root, err)
 	}
 	return st, nil
 }
@@ -48,6 +57,36 @@ func (e *Engine) checkLimits(ctx context.Context, workflowID, root string, expli
 // (nil: the limits of the workflow's configured sources, else the defaults). The error is the
 // check's own.
 func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits) (protocol.DriftStatus, error) {
+	return e.CheckpointDriftAt(ctx, ref, base, lim, "")
+}
+
+// CheckpointDriftAt is CheckpointDrift against the same tree checked out at root (absolute and
+// clean, CheckSourcesRoot): another machine's checkout of the recorded tree. A manifest
+// records paths relative to its root, so only the root moves (the idea of `ckptd import
+// --sources-root`, cmd/ckptd/rebase.go); the check is a full scan compared by content and mode,
+// since stat data recorded on another machine says nothing about this one. The status names
+// the root compared, and the recorded one in RecordedRoot. root "" (or the recorded root) is
+// CheckpointDrift.
+func (e *Engine) CheckpointDriftAt(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits, root string) (protocol.DriftStatus, error) {
+	if root == "" || root == base.Spec.Root {
+		return e.checkpointDrift(ctx, ref, base, lim)
+	}
+	key := lastKey{ref.WorkflowID, root}
+	last, _ := e.drift.lastFor(key)
+	rep, cur, err := checkDriftAt(ctx, base, root, last, e.checkLimits(ctx, ref.WorkflowID, base.Spec.Root, lim), e.log)
+	if err != nil {
+		return protocol.DriftStatus{}, err
+	}
+	e.drift.remember(key, cur, nil)
+	if rep.FullScan && last == nil {
+		rep.Reason = fmt.Sprintf("compared at %s (recorded at %s)", root, base.Spec.Root)
+	}
+	st := newDriftStatus(ref, root, rep)
+	st.RecordedRoot = base.Spec.Root
+	return st, nil
+}
+
+func (e *Engine) checkpointDrift(ctx context.Context, ref store.ManifestRef, base *drift.Manifest, lim *drift.Limits) (protocol.DriftStatus, error) {
 	if w := e.watchOn(ref.Key); w != nil {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rep, err := w.w.Status(wctx)
@@ -74,16 +113,24 @@ func (e *Engine) CheckpointDrift(ctx context.Context, ref store.ManifestRef, bas
 // that no longer exists (or is no longer a directory) is reported as every file deleted, with
 // a warning; the returned manifest is then nil.
 func checkDrift(ctx context.Context, base, last *drift.Manifest, lim *drift.Limits, log *slog.Logger) (drift.Report, *drift.Manifest, error) {
-	if last != nil && last.Spec.Root != base.Spec.Root {
+	return checkDriftAt(ctx, base, base.Spec.Root, last, lim, log)
+}
+
+// checkDriftAt is checkDrift against the tree at root. For another root than base's, drift.Check
+// scans the whole tree (its rules differ from base's by the root) unless last is a manifest
+// taken at root, and compares what it finds with base by path, content and mode.
+func checkDriftAt(ctx context.Context, base *drift.Manifest, root string, last *drift.Manifest, lim *drift.Limits, log *slog.Logger) (drift.Report, *drift.Manifest, error) {
+	if last != nil && last.Spec.Root != root {
 		last = nil
 	}
 	spec := base.Spec
+	spec.Root = root
 	spec.Limits = lim
 	rep, cur, err := drift.Check(ctx, spec, base, drift.CheckOptions{ScanOptions: drift.ScanOptions{Logger: log}, Last: last})
 	if errors.Is(err, drift.ErrRootNotFound) || errors.Is(err, drift.ErrRootNotDir) {
 		t0 := time.Now()
 		rep = drift.Diff(base, &drift.Manifest{})
-		rep.Warnings = []string{fmt.Sprintf("source root %s no longer exists or is not a directory", base.Spec.Root)}
+		rep.Warnings = []string{fmt.Sprintf("source root %s no longer exists or is not a directory", root)}
 		rep.Elapsed = time.Since(t0)
 		return rep, nil, nil
 	}
@@ -169,7 +216,7 @@ func driftProblem(st protocol.DriftStatus) string {
 // planDrift is a resume plan's drift check of the checkpoint it plans from: nil and "" when no
 // sources were recorded with it; otherwise the status and, if it drifted (or could not be
 // checked), the problem message.
-func (e *Engine) planDrift(ctx context.Context, checkpointID string) (*protocol.DriftStatus, string) {
+func (e *Engine) planDrift(ctx context.Context, checkpointID, root string) (*protocol.DriftStatus, string) {
 	ref, err := e.store.CheckpointManifestRef(ctx, checkpointID)
 	if err != nil || !ref.HasManifest {
 		return nil, ""
@@ -178,9 +225,12 @@ func (e *Engine) planDrift(ctx context.Context, checkpointID string) (*protocol.
 	if err != nil {
 		return nil, "could not read the sources recorded with checkpoint " + checkpointID + ": " + err.Error()
 	}
-	st, err := e.CheckpointDrift(ctx, ref, base, nil)
+	st, err := e.CheckpointDriftAt(ctx, ref, base, nil, root)
 	if err != nil {
-		return nil, fmt.Sprintf("could not check the sources under %s for drift: %v", base.Spec.Root, err)
+		if root == "" {
+			root = base.Spec.Root
+		}
+		return nil, fmt.Sprintf("could not check the sources under %s for drift: %v", root, err)
 	}
 	return &st, driftProblem(st)
 }

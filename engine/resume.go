@@ -67,7 +67,7 @@ func (e *Engine) PlanResume(ctx context.Context, req ResumeRequest) (ResumePlan,
 	in, cp := g.Input, g.Checkpoint
 	rp := ResumePlan{Checkpoint: cp, Corrupt: g.Input.Corrupt, Rollback: view}
 	if cp != nil && !req.NoDrift { // sources recorded with the checkpoint: drift is a problem (engine/drift.go)
-		rp.Drift, in.Drift = e.planDrift(ctx, cp.CheckpointID)
+		rp.Drift, in.Drift = e.planDrift(ctx, cp.CheckpointID, req.SourcesRoot)
 		in.DriftAsWarning = req.DriftAsWarning
 	}
 	if cp != nil {
@@ -118,6 +118,9 @@ type ResumeRequest struct {
 	// NoDrift plans without checking the recorded sources at all (no tree is read): what
 	// ckptd ls shows for every workflow.
 	NoDrift bool
+	// SourcesRoot checks drift against the same tree checked out at this directory (absolute,
+	// CheckSourcesRoot) instead of the recorded root: resuming on another machine.
+	SourcesRoot string
 	// Rollback plans from the target of a rollback (ToCheckpointID, else the unfinished
 	// rollback's, else the newest checkpoint whose validation did not fail; none: a full
 	// rollback) and lists the compensations to run first.

@@ -27,6 +27,14 @@ type DriftTargetParams struct {
 	Limits *drift.Limits `json:"limits"`
 }
 
+// DriftStatusParams are drift/status's params.
+type DriftStatusParams struct {
+	DriftTargetParams
+	// SourcesRoot compares the recorded sources with the same tree checked out at this
+	// directory (another machine's checkout) instead of at the recorded root.
+	SourcesRoot string `json:"sourcesRoot"`
+}
+
 // DriftWatchParams are drift/watch's params.
 type DriftWatchParams struct {
 	DriftTargetParams
@@ -79,6 +87,9 @@ type DriftStatus struct {
 	// searched or listed: "dir/"); their content is unknown, so drifted is true.
 	Unreadable []string `json:"unreadable,omitempty"`
 	Watched    bool     `json:"watched,omitempty"` // answered from an active drift/watch
+	// RecordedRoot is the root the sources were recorded at, when they were compared at another
+	// (sourcesRoot): Root is then the tree compared.
+	RecordedRoot string `json:"recordedRoot,omitempty"`
 }
 
 // DriftChangedEvent is the drift/changed notification.

@@ -42,6 +42,9 @@ type LGPutParams struct {
 	ChannelVersions json.RawMessage `json:"channelVersions"`
 	Metadata        json.RawMessage `json:"metadata"`
 	Blobs           []LGBlobIn      `json:"blobs"`
+	// FencingToken is the token of the caller's claim on the thread (workflow/claim with the
+	// thread id as workflowId).
+	FencingToken *int64 `json:"fencingToken"`
 }
 
 // LGPutResult answers lg/put.
@@ -67,6 +70,7 @@ type LGPutWritesParams struct {
 	TaskID       string      `json:"taskId"`
 	TaskPath     string      `json:"taskPath"`
 	Writes       []LGWriteIn `json:"writes"`
+	FencingToken *int64      `json:"fencingToken"`
 }
 
 // LGSegment is a typed segment of a response attachment.

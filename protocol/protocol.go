@@ -54,6 +54,7 @@ const (
 	CodeResumeInvalid  = -32005
 	CodeUnavailable    = -32006
 	CodeShuttingDown   = -32007
+	CodeClaimed        = -32008 // the workflow's claim refuses the call (ClaimedData)
 	// CodeRequestCancelled (LSP's RequestCancelled) answers a request cancelled by
 	// $/cancelRequest before it committed anything.
 	CodeRequestCancelled = -32800
@@ -109,6 +110,8 @@ type SaveParams struct {
 	WorkflowHash    string          `json:"workflowHash"`
 	Metadata        json.RawMessage `json:"metadata"`
 	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (engine.Save)
+	// FencingToken is the token of the caller's claim on the workflow (workflow/claim).
+	FencingToken *int64 `json:"fencingToken"`
 	// Validation is the step's score of its result, classified against the workflow's rules.
 	Validation *ValidationParams `json:"validation"`
 }
@@ -271,8 +274,9 @@ type ConfigureResult struct {
 
 // CompleteParams are workflow/complete's params.
 type CompleteParams struct {
-	WorkflowID string `json:"workflowId"`
-	Preserve   bool   `json:"preserve"`
+	WorkflowID   string `json:"workflowId"`
+	Preserve     bool   `json:"preserve"`
+	FencingToken *int64 `json:"fencingToken"`
 }
 
 // CompleteResult answers workflow/complete.
@@ -284,6 +288,9 @@ type CompleteResult struct {
 // WorkflowListParams are workflow/list's params.
 type WorkflowListParams struct {
 	ResumableOnly bool `json:"resumableOnly"`
+	// Claimable lists only resumable workflows whose claim is free (never claimed, released, or
+	// its lease ran out), oldest first: the work a worker may pick up.
+	Claimable bool `json:"claimable"`
 }
 
 // WorkflowInfo is one workflow in workflow/list.
@@ -319,6 +326,7 @@ type WritesPutParams struct {
 	TaskID       string       `json:"taskId"`
 	TaskPath     string       `json:"taskPath"`
 	Writes       []WriteParam `json:"writes"`
+	FencingToken *int64       `json:"fencingToken"`
 }
 
 // WritesPutResult answers writes/put.
@@ -335,6 +343,9 @@ type ResumePlanParams struct {
 	Force          bool   `json:"force"`
 	Attachment     bool   `json:"attachment"`
 	DriftAsWarning bool   `json:"driftAsWarning"`
+	// SourcesRoot compares the recorded sources with the same tree checked out at this
+	// directory (another machine's checkout) instead of at the recorded root.
+	SourcesRoot string `json:"sourcesRoot"`
 	// Rollback plans from the newest checkpoint whose validation did not fail (or
 	// ToCheckpointID) and lists the compensations to run first.
 	Rollback       bool   `json:"rollback"`

@@ -111,11 +111,16 @@ func (s *Server) saveParams(c *call, validation **engine.ValidationInput) (store
 	if err := requireID("workflowId", *p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return store.SaveRequest{}, err
 	}
+	token, perr := fencingToken(p.FencingToken)
+	if perr != nil {
+		return store.SaveRequest{}, perr
+	}
 	var verr *jsonrpc2.Error
 	if *validation, verr = validationInput(p.Validation); verr != nil {
 		return store.SaveRequest{}, verr
 	}
 	req := store.SaveRequest{
+		FencingToken: token,
 		WorkflowID:   *p.WorkflowID,
 		Namespace:    p.Namespace,
 		CheckpointID: p.CheckpointID,

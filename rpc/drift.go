@@ -157,18 +157,22 @@ func (s *Server) driftTarget(ctx context.Context, p protocol.DriftTargetParams) 
 }
 
 func (s *Server) driftStatus(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	var p protocol.DriftTargetParams
+	var p protocol.DriftStatusParams
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
 	if err := engine.CheckLimits(p.Limits); err != nil {
 		return reply{}, engineError(err)
 	}
-	ref, base, perr := s.driftTarget(ctx, p)
+	root, err := engine.CheckSourcesRoot("sourcesRoot", p.SourcesRoot)
+	if err != nil {
+		return reply{}, engineError(err)
+	}
+	ref, base, perr := s.driftTarget(ctx, p.DriftTargetParams)
 	if perr != nil {
 		return reply{}, perr
 	}
-	st, err := s.engine.DriftStatus(ctx, ref, base, p.Limits)
+	st, err := s.engine.DriftStatusAt(ctx, ref, base, p.Limits, root)
 	if err != nil {
 		return reply{}, engineError(err)
 	}

@@ -95,6 +95,9 @@ func storeError(err error) *jsonrpc2.Error {
 	if errors.As(err, &je) {
 		return je
 	}
+	if e := asClaimed(err); e != nil {
+		return e
+	}
 	var ce *store.CorruptError
 	if errors.As(err, &ce) {
 		data := map[string]any{"checkpointId": ce.CheckpointID, "reason": ce.Reason}

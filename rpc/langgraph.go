@@ -18,9 +18,9 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// langGraphMethods are registered in New's method table.
+// langGraphMethods are registered in New's method table, with the claims (rpc/claims.go).
 func (s *Server) langGraphMethods() map[string]method {
-	return map[string]method{
+	m := map[string]method{
 		protocol.MethodLGPut:            {kindMutation, s.lgPut},
 		protocol.MethodLGPutWrites:      {kindMutation, s.lgPutWrites},
 		protocol.MethodLGGet:            {kindRead, s.lgGet},
@@ -31,6 +31,10 @@ func (s *Server) langGraphMethods() map[string]method {
 		protocol.MethodThreadCopy:       {kindMutation, s.threadCopy},
 		protocol.MethodThreadPrune:      {kindMutation, s.threadPrune},
 	}
+	for name, cm := range s.claimMethods() {
+		m[name] = cm
+	}
+	return m
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,7 +183,11 @@ func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if _, err := optionalJSON("metadata", p.Metadata, '{'); err != nil {
 		return reply{}, err
 	}
-	req := store.LGPutRequest{
+	token, perr := fencingToken(p.FencingToken)
+	if perr != nil {
+		return reply{}, perr
+	}
+	req := store.LGPutRequest{FencingToken: token,
 		ThreadID: p.ThreadID, Namespace: p.Namespace, CheckpointID: p.CheckpointID, ParentID: p.ParentID,
 		Type: p.Checkpoint.Type, Checkpoint: cp, ChannelVersions: p.ChannelVersions, Metadata: p.Metadata,
 		Blobs: make([]store.LGBlob, 0, len(p.Blobs)),
@@ -226,6 +234,10 @@ func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 	if p.Writes == nil {
 		return reply{}, invalidParams("writes", "required (an array of {channel, idx?, type, offset, length})")
 	}
+	token, perr := fencingToken(p.FencingToken)
+	if perr != nil {
+		return reply{}, perr
+	}
 	ws := make([]store.LGWrite, 0, len(p.Writes))
 	for i, w := range p.Writes {
 		field := fmt.Sprintf("writes[%d]", i)
@@ -242,7 +254,7 @@ func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 		}
 		ws = append(ws, lw)
 	}
-	pending, n := s.store.LGPutWrites(p.ThreadID, p.Namespace, p.CheckpointID, ws)
+	pending, n := s.store.LGPutWritesFenced(p.ThreadID, p.Namespace, p.CheckpointID, ws, token)
 	c.release()
 	if err := pending.Wait(ctx); err != nil {
 		return reply{}, storeError(err)

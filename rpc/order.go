@@ -215,6 +215,7 @@ func (o *orderer) finish(mine *orderNode, deps []*orderNode) {
 type scopeRule struct {
 	field    string // the param holding the key ("" : see kind)
 	prefix   string // "w:" or "t:"
+	also     string // a second prefix for the same id (claims: a workflow and the thread of one id)
 	required bool   // absent, "" or not a string: the handler refuses it (scope none)
 	kind     scopeKind
 	byID     bool     // keyed by checkpointId's workflow when field is absent
@@ -248,6 +249,10 @@ var scopeRules = map[string]scopeRule{
 	"thread/delete":      {field: "threadId", prefix: "t:", required: true},
 	"thread/copy":        {fields: []string{"sourceThreadId", "targetThreadId"}, prefix: "t:"},
 	"thread/prune":       {list: "threadIds", prefix: "t:"},
+	// A claim fences the writes of the workflow and of the LangGraph thread of its id.
+	"workflow/claim":   {field: "workflowId", prefix: "w:", also: "t:", required: true},
+	"workflow/renew":   {field: "workflowId", prefix: "w:", also: "t:", required: true},
+	"workflow/release": {field: "workflowId", prefix: "w:", also: "t:", required: true},
 	// The compensation log (rpc/compensation.go). compensation/done and rollback/complete name
 	// only a compensation or a rollback: global, which orders them after every earlier mutation
 	// of their workflow too.
@@ -303,6 +308,9 @@ func (s *Server) scopeOf(method string, params json.RawMessage) scope {
 	switch {
 	case st == memberString:
 		sc := keyed(rule.prefix + v)
+		if rule.also != "" {
+			sc.keys = append(sc.keys, rule.also+v)
+		}
 		if rule.namesIDs {
 			if id, st := stringMember(m, "checkpointId"); st == memberString {
 				sc.ids = []string{id}

@@ -33,7 +33,8 @@ const fuzzMaxState = 64 << 10
 // among them: it means a bug.
 var knownCodes = map[int64]bool{protocol.CodeInvalidParams: true, protocol.CodeNotFound: true,
 	protocol.CodeCorrupt: true, protocol.CodeConflict: true, protocol.CodeTooLarge: true,
-	protocol.CodeResumeInvalid: true, protocol.CodeUnavailable: true, protocol.CodeShuttingDown: true}
+	protocol.CodeResumeInvalid: true, protocol.CodeUnavailable: true, protocol.CodeShuttingDown: true,
+	protocol.CodeClaimed: true}
 
 const (
 	fuzzKnownWF = "fuzz-known"
@@ -91,6 +92,12 @@ func FuzzParams(f *testing.F) {
 		DefaultRetention: store.Retention{KeepLast: 4}})
 	names := fuzzMethodNames(srv)
 	ensureKnown := func(tb testing.TB) {
+		// An input may have claimed the known workflow: its claim would refuse the save.
+		if c, _, err := st.ClaimOf(ctx, fuzzKnownWF); err == nil && c.Held() {
+			if _, err := st.Release(ctx, fuzzKnownWF, c.Token); err != nil {
+				tb.Fatalf("releasing the known workflow's claim: %v", err)
+			}
+		}
 		if _, err := st.Save(ctx, store.SaveRequest{WorkflowID: fuzzKnownWF, CheckpointID: fuzzKnownID, Step: 1,
 			State: fuzzKnownState, StateType: store.StateJSON}); err != nil {
 			tb.Fatalf("saving the known checkpoint: %v", err)

@@ -20,6 +20,10 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return reply{}, err
 	}
+	root, err := engine.CheckSourcesRoot("sourcesRoot", p.SourcesRoot)
+	if err != nil {
+		return reply{}, engineError(err)
+	}
 	if err := optionalID("toCheckpointId", p.ToCheckpointID, maxCheckpointIDBytes); err != nil {
 		return reply{}, err
 	}
@@ -27,6 +31,7 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		return reply{}, invalidParams("checkpointId", "a rollback plan starts from its target: give toCheckpointId, not checkpointId")
 	}
 	rp, err := s.engine.PlanResume(ctx, engine.ResumeRequest{
+		SourcesRoot:    root,
 		WorkflowID:     p.WorkflowID,
 		Namespace:      p.Namespace,
 		CheckpointID:   p.CheckpointID,

@@ -349,6 +349,9 @@ func TestScopeOf(t *testing.T) {
 		{"thread/copy", `{"sourceThreadId":"S","targetThreadId":"T"}`, scope{kind: scopeKeys, keys: []string{"t:S", "t:T"}}},
 		{"thread/prune", `{"threadIds":["S","T"]}`, scope{kind: scopeKeys, keys: []string{"t:S", "t:T"}}},
 		{"thread/prune", `{"threadIds":"S"}`, none},
+		{"workflow/claim", `{"workflowId":"W","owner":"o"}`, scope{kind: scopeKeys, keys: []string{"w:W", "t:W"}}},
+		{"workflow/renew", `{"workflowId":"W"}`, scope{kind: scopeKeys, keys: []string{"w:W", "t:W"}}},
+		{"workflow/release", `{}`, none},
 		{"future/method", `{}`, global},
 	}
 	for _, tc := range cases {

@@ -57,14 +57,14 @@ var strictMethods = map[string]strictMethod{
 			"steps": map[string]any{"s": map[string]any{"minConfidence": 0.1}}},
 		"compensation": map[string]any{"required": []any{}}}},
 	protocol.MethodComplete:     {params: protocol.CompleteParams{}, changes: true, base: map[string]any{"workflowId": "keep", "preserve": true}},
-	protocol.MethodWorkflowList: {params: protocol.WorkflowListParams{}, base: map[string]any{"resumableOnly": true}},
+	protocol.MethodWorkflowList: {params: protocol.WorkflowListParams{}, base: map[string]any{"resumableOnly": true, "claimable": true}},
 	protocol.MethodWritesPut: {params: protocol.WritesPutParams{}, changes: true, base: map[string]any{"workflowId": "keep", "namespace": "",
 		"checkpointId": "keep-2", "taskId": "t9", "taskPath": "p",
 		"writes": []any{map[string]any{"channel": "c", "value": map[string]any{"Channel": 1}, "type": "json", "idx": 0}}}},
 	protocol.MethodResumePlan: {params: protocol.ResumePlanParams{}, base: map[string]any{"workflowId": "keep", "namespace": "", "workflowHash": "h",
-		"force": true, "attachment": false, "driftAsWarning": true}},
+		"force": true, "attachment": false, "driftAsWarning": true, "sourcesRoot": "$dir"}},
 	protocol.MethodStats:       {params: struct{}{}, base: map[string]any{}},
-	protocol.MethodDriftStatus: {params: protocol.DriftTargetParams{}, base: map[string]any{"workflowId": "keep", "namespace": ""}},
+	protocol.MethodDriftStatus: {params: protocol.DriftStatusParams{}, base: map[string]any{"workflowId": "keep", "namespace": "", "sourcesRoot": "$dir"}},
 	protocol.MethodDriftWatch:  {params: protocol.DriftWatchParams{}, base: map[string]any{"workflowId": "keep", "namespace": "", "debounceMs": 20}},
 	protocol.MethodDriftUnwatch: {params: protocol.DriftUnwatchParams{}, base: map[string]any{"watchId": "w-1"},
 		setup: func(c *lgConn) map[string]string {
@@ -109,6 +109,17 @@ var strictMethods = map[string]strictMethod{
 		"targetThreadId": "t-copy"}},
 	protocol.MethodThreadPrune: {params: protocol.ThreadPruneParams{}, changes: true, base: map[string]any{"threadIds": []any{"t-keep"},
 		"strategy": "keep_latest"}},
+	protocol.MethodClaim: {params: protocol.ClaimParams{}, changes: true, base: map[string]any{"workflowId": "keep", "owner": "w1", "leaseSeconds": 60}},
+	protocol.MethodRenew: {params: protocol.RenewParams{}, changes: true, base: map[string]any{"workflowId": "keep", "fencingToken": 1, "leaseSeconds": 120},
+		setup: func(c *lgConn) map[string]string {
+			c.ok(protocol.MethodClaim, map[string]any{"workflowId": "keep", "owner": "w1", "leaseSeconds": 60}, nil, nil)
+			return nil
+		}},
+	protocol.MethodRelease: {params: protocol.ReleaseParams{}, changes: true, base: map[string]any{"workflowId": "keep", "fencingToken": 1},
+		setup: func(c *lgConn) map[string]string {
+			c.ok(protocol.MethodClaim, map[string]any{"workflowId": "keep", "owner": "w1", "leaseSeconds": 60}, nil, nil)
+			return nil
+		}},
 }
 
 // strictRawShapes are params kept raw in their struct (decoded later, by their own code) that
@@ -449,7 +460,8 @@ func (fx *strictFixture) expand(v any) any {
 	return v
 }
 
-// snapshot is what list and load show of everything stored, and each workflow's settings.
+// snapshot is what list and load show of everything stored, each workflow's settings, and the
+// claims of every workflow and thread.
 func (fx *strictFixture) snapshot(t *testing.T, c *strictConn) string {
 	t.Helper()
 	var sb strings.Builder
@@ -481,6 +493,7 @@ func (fx *strictFixture) snapshot(t *testing.T, c *strictConn) string {
 			return nil
 		}, func(store.Checkpoint) error { return nil })
 		require.NoError(t, err)
+		fx.claim(t, &sb, w.WorkflowID)
 	}
 	threads, err := fx.st.LGThreads(context.Background())
 	require.NoError(t, err)
@@ -488,6 +501,14 @@ func (fx *strictFixture) snapshot(t *testing.T, c *strictConn) string {
 		r := c.call(protocol.MethodLGList, map[string]any{"threadId": th.ThreadID}, nil)
 		require.Nil(t, r.Error)
 		fmt.Fprintf(&sb, "thread %s %s %q\n", th.ThreadID, r.Result, r.att)
+		fx.claim(t, &sb, th.ThreadID)
 	}
 	return sb.String()
+}
+
+func (fx *strictFixture) claim(t *testing.T, sb *strings.Builder, id string) {
+	t.Helper()
+	c, _, err := fx.st.ClaimOf(context.Background(), id)
+	require.NoError(t, err)
+	fmt.Fprintf(sb, "claim %+v\n", c)
 }

@@ -90,7 +90,11 @@ func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error)
 	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return reply{}, err
 	}
-	n, err := s.store.Complete(ctx, p.WorkflowID, p.Preserve)
+	token, perr := fencingToken(p.FencingToken)
+	if perr != nil {
+		return reply{}, perr
+	}
+	n, err := s.store.CompleteFenced(ctx, p.WorkflowID, p.Preserve, token)
 	if err != nil {
 		return reply{}, storeError(err)
 	}
@@ -102,7 +106,13 @@ func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	ws, err := s.store.Workflows(ctx, p.ResumableOnly)
+	var ws []store.WorkflowInfo
+	var err error
+	if p.Claimable { // resumable and free to claim, oldest first (rpc/claims.go)
+		ws, err = s.store.Claimable(ctx, 0)
+	} else {
+		ws, err = s.store.Workflows(ctx, p.ResumableOnly)
+	}
 	if err != nil {
 		return reply{}, storeError(err)
 	}
@@ -130,6 +140,10 @@ func (s *Server) writesPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 	if p.Writes == nil {
 		return reply{}, invalidParams("writes", "required (an array of {channel, value})")
 	}
+	token, perr := fencingToken(p.FencingToken)
+	if perr != nil {
+		return reply{}, perr
+	}
 	ws := make([]store.Write, 0, len(p.Writes))
 	for i, w := range p.Writes {
 		field := fmt.Sprintf("writes[%d]", i)
@@ -154,7 +168,7 @@ func (s *Server) writesPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 		}
 		ws = append(ws, sw)
 	}
-	n, err := s.store.PutWrites(ctx, p.WorkflowID, p.Namespace, p.CheckpointID, ws)
+	n, err := s.store.PutWritesFenced(ctx, p.WorkflowID, p.Namespace, p.CheckpointID, ws, token)
 	if err != nil {
 		return reply{}, storeErrorWith(err, "checkpointId", p.CheckpointID)
 	}

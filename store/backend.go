@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"time"
 )
 
 // The storage contract: what ckptd asks of a database, in small roles. A backend (store/sqlite;
@@ -95,6 +96,37 @@ type LangGraph interface {
 	LGThreads(ctx context.Context) ([]LGThread, error)
 	// LGThreadCheckpoints lists a thread's checkpoints (namespace by namespace, newest first).
 	LGThreadCheckpoints(ctx context.Context, thread string, namespace *string, limit int) ([]LGCheckpointInfo, error)
+}
+
+// Claims hands workflows over between workers (store/claims.go): a claim with a lease and a
+// fencing token per workflow id (a LangGraph thread id is claimed the same way). The backend
+// keeps one row per id claimed, never deleted, and decides with DecideClaim, DecideRenew,
+// DecideRelease and CheckFence inside the transaction that changes the row or makes the write,
+// against the database's clock (never the caller's). Every write of a workflow or thread is
+// checked: Save and LGPut with their request's FencingToken, PutWrites, LGPutWrites and
+// Complete with no token (they are the *Fenced methods with token 0). Refusals are
+// *ClaimedError (errors.Is ErrClaimed), and a refused write stores nothing.
+type Claims interface {
+	// Claim claims workflowID for owner for lease (DecideClaim).
+	Claim(ctx context.Context, workflowID, owner string, lease time.Duration) (Claim, error)
+	// Renew extends the lease of the holder of token (DecideRenew).
+	Renew(ctx context.Context, workflowID string, token int64, lease time.Duration) (Claim, error)
+	// Release frees the claim of the holder of token (DecideRelease); false if it was free already.
+	Release(ctx context.Context, workflowID string, token int64) (bool, error)
+	// ClaimOf returns workflowID's claim (Token 0: never claimed) and the database's clock as it
+	// read it.
+	ClaimOf(ctx context.Context, workflowID string) (Claim, time.Time, error)
+	// Claimable summarises the resumable workflows (checkpoints, not completed) whose claim is
+	// free at the database's clock (Claim.Free), least recently updated first, at most limit
+	// (0: all) of them: the work a worker may pick up. Backends walk an index of the resumable
+	// workflows in that order and look each claim up by key.
+	Claimable(ctx context.Context, limit int) ([]WorkflowInfo, error)
+	// PutWritesFenced is PutWrites under fencing token (0: none), checked by CheckFence.
+	PutWritesFenced(ctx context.Context, workflowID, namespace, checkpointID string, writes []Write, token int64) (int, error)
+	// LGPutWritesFenced is LGPutWrites under fencing token (0: none) for the claim of thread.
+	LGPutWritesFenced(thread, ns, checkpointID string, writes []LGWrite, token int64) (pending *LGPending, stored *int)
+	// CompleteFenced is Complete under fencing token (0: none).
+	CompleteFenced(ctx context.Context, workflowID string, preserve bool, token int64) (int, error)
 }
 
 // Manifests reads the source manifests recorded with checkpoints (SaveRequest.Manifest), as
@@ -206,6 +238,7 @@ type Backend interface {
 	Workflows
 	Writes
 	LangGraph
+	Claims
 	Manifests
 	Archive
 	Maintenance

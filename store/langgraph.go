@@ -59,6 +59,9 @@ type LGPutRequest struct {
 	ChannelVersions json.RawMessage // JSON object channel -> version (string or number)
 	Metadata        json.RawMessage // JSON object or nil
 	Blobs           []LGBlob
+	// FencingToken is the token of the writer's claim on the thread (Claims), 0 for none:
+	// checked by CheckFence in the write's transaction.
+	FencingToken int64
 }
 
 // LGTuple is a stored LangGraph checkpoint with the blobs its channel versions name and its

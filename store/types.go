@@ -120,6 +120,9 @@ type SaveRequest struct {
 	// text) that runs concurrently with hashing and writing instead of before them. If it fails
 	// the save fails with its error (an *InvalidError for bad input) and nothing is stored.
 	Check func() error
+	// FencingToken is the token of the writer's claim on the workflow (Claims), 0 for none:
+	// checked by CheckFence in the save's transaction. Not part of the idempotency digest.
+	FencingToken int64
 }
 
 // SaveResult is what a committed save reports.

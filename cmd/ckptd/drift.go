@@ -24,6 +24,7 @@ examples:
   ckptd drift wf-1
   ckptd drift wf-1 --namespace sub --json
   ckptd drift wf-1 --checkpoint c-7
+  ckptd drift wf-1 --sources-root ~/checkout/agent   # the same tree checked out elsewhere
 `
 
 func runDrift(ctx context.Context, e *env, args []string) error {
@@ -33,9 +34,14 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON (drift/status's result)")
 	namespace := fs.String("namespace", "", "check the latest checkpoint of this `namespace`")
 	checkpoint := fs.String("checkpoint", "", "check this checkpoint `id` instead of the latest")
+	sourcesRoot := fs.String("sources-root", "", "compare with the same tree checked out at `dir` (drift/status's sourcesRoot)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	root, err := engine.CheckSourcesRoot("--sources-root", *sourcesRoot)
+	if err != nil {
+		return sourcesRootError(err)
 	}
 	switch {
 	case len(pos) == 0:
@@ -78,9 +84,12 @@ func runDrift(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		ds, err := eng.CheckpointDrift(ctx, ref, base, nil) // what drift/status answers (within the configured limits)
+		ds, err := eng.CheckpointDriftAt(ctx, ref, base, nil, root) // what drift/status answers (within the configured limits)
 		if err != nil {
-			return fmt.Errorf("checking %s: %w", base.Spec.Root, err)
+			if root == "" {
+				root = base.Spec.Root
+			}
+			return fmt.Errorf("checking %s: %w", root, err)
 		}
 		if *asJSON {
 			err = printJSON(e.stdout, ds)
@@ -108,6 +117,9 @@ func driftText(w io.Writer, ref store.ManifestRef, ds protocol.DriftStatus) erro
 	}
 	row("checkpoint", fmt.Sprintf("%s (seq %d, %s, %s)", ref.CheckpointID, ref.Seq, step, ref.Phase))
 	row("sources", fmt.Sprintf("%s (%s checked)", ds.Root, plural(ds.FilesChecked, "file", "files")))
+	if ds.RecordedRoot != "" {
+		row("recorded at", ds.RecordedRoot)
+	}
 	if ds.Drifted {
 		row("drifted", fmt.Sprintf("yes: %d changed, %d added, %d deleted", len(ds.Changed), len(ds.Added), len(ds.Deleted)))
 		if len(ds.Unreadable) > 0 {
@@ -177,4 +189,13 @@ func driftNoSources(e *env, ref store.ManifestRef, asJSON bool) error {
 	}
 	fmt.Fprintf(e.stdout, "\nTo check drift, %s.\n", hint)
 	return exitStatus(exitNoSources)
+}
+
+// sourcesRootError is a usage error for a --sources-root that is not a directory.
+func sourcesRootError(err error) error {
+	var se *engine.SourcesError
+	if errors.As(err, &se) {
+		return usageError{se.Field + ": " + se.Reason}
+	}
+	return err
 }

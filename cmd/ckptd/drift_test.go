@@ -631,4 +631,31 @@ func TestCLIDrift(t *testing.T) {
 	assert.Equal(t, "drift", pr.Warnings[0].Code)
 	require.NotNil(t, pr.Drift)
 	assert.True(t, pr.Drift.Drifted)
+
+	// --sources-root: the tree as it was, checked out elsewhere, has not drifted
+	checkout := filepath.Join(db.dir, "checkout")
+	writeFile(t, filepath.Join(checkout, "agent.py"), "def fetch():\n    return 'v1'\n")
+	writeFile(t, filepath.Join(checkout, "lib", "util.py"), "def util():\n    pass\n")
+	writeFile(t, filepath.Join(checkout, "old.py"), "old\n")
+	res = cliRun(t, nil, "drift", "wf-src", "--sources-root", checkout, "--db", db.path)
+	assert.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	assert.Contains(t, res.stdout, "sources      "+checkout+" (3 files checked)")
+	assert.Contains(t, res.stdout, "recorded at  "+src)
+	assert.Contains(t, res.stdout, "drifted      no")
+	res = cliRun(t, nil, "plan", "wf-src", "--sources-root", checkout, "--json", "--db", db.path)
+	assert.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &pr))
+	assert.Empty(t, pr.Warnings)
+	assert.Equal(t, src, pr.Drift.RecordedRoot)
+	writeFile(t, filepath.Join(checkout, "old.py"), "changed\n")
+	res = cliRun(t, nil, "drift", "wf-src", "--sources-root", checkout, "--json", "--db", db.path)
+	assert.Equal(t, exitProblem, res.code)
+	var ds protocol.DriftStatus
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &ds))
+	assert.Equal(t, []string{"old.py"}, []string{ds.Changed[0].Path})
+	for _, cmd := range []string{"drift", "plan"} {
+		res = cliRun(t, nil, cmd, "wf-src", "--sources-root", filepath.Join(db.dir, "missing"), "--db", db.path)
+		assert.Equal(t, exitUsage, res.code)
+		assert.Contains(t, res.stderr, "--sources-root: directory")
+	}
 }

@@ -30,6 +30,7 @@ examples:
   ckptd plan wf-1
   ckptd plan wf-1 --namespace sub --workflow-hash sha256:ab12
   ckptd plan wf-1 --checkpoint c-7 --json
+  ckptd plan wf-1 --sources-root ~/checkout/agent   # on another machine: compare this checkout
   ckptd plan wf-1 --rollback
   ckptd plan wf-1 --rollback --to c-3
 `
@@ -44,11 +45,15 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&req.WorkflowHash, "workflow-hash", "", "your current workflow `hash`, compared with the checkpoint's")
 	fs.StringVar(&req.CheckpointID, "checkpoint", "", "plan from this checkpoint `id` instead of the latest")
 	fs.BoolVar(&req.DriftAsWarning, "drift-as-warning", false, "report source drift as a warning, not a problem (resume/plan's driftAsWarning)")
+	fs.StringVar(&req.SourcesRoot, "sources-root", "", "compare the recorded sources with the same tree checked out at `dir` (resume/plan's sourcesRoot)")
 	fs.BoolVar(&req.Rollback, "rollback", false, "plan from a rollback's target and list the compensations to run first")
 	fs.StringVar(&req.ToCheckpointID, "to", "", "with --rollback: the rollback's target checkpoint `id`")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if req.SourcesRoot, err = engine.CheckSourcesRoot("--sources-root", req.SourcesRoot); err != nil {
+		return sourcesRootError(err)
 	}
 	switch {
 	case len(pos) == 0:

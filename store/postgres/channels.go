@@ -103,6 +103,7 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
 		b := &pgx.Batch{}
+		fc := queueFence(b, req.ThreadID, req.FencingToken) // the claim first, in the same round trip
 		queueLGCheckpoint(b, p)
 		r := &p.Req
 		if len(r.Blobs) > 0 {
@@ -122,7 +123,10 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 				return nil
 			})
 		}
-		return w.sendBatch(ctx, b)
+		if err := w.sendBatch(ctx, b); err != nil {
+			return err
+		}
+		return fc.check()
 	}), n
 }
 
@@ -153,6 +157,12 @@ func queueLGCheckpoint(b *pgx.Batch, p *store.LGPrepared) {
 // LGPutWrites queues pending writes of one task. idx >= 0: stored once; idx < 0: replaced.
 // stored is valid after Wait.
 func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []store.LGWrite) (pending *store.LGPending, stored *int) {
+	return s.LGPutWritesFenced(thread, ns, checkpointID, writes, 0)
+}
+
+// LGPutWritesFenced is LGPutWrites under fencing token (0: none) for the claim of thread,
+// checked in the write's transaction.
+func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []store.LGWrite, token int64) (pending *store.LGPending, stored *int) {
 	n := new(int)
 	ps := make([]store.Packed, len(writes))
 	return s.enqueuePrepared(thread, func() error {
@@ -173,6 +183,7 @@ func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []store.LGWr
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
 		b := &pgx.Batch{}
+		fc := queueFence(b, thread, token) // the claim first, in the same round trip
 		for i, wr := range writes {
 			conflict := `DO NOTHING`
 			if wr.Idx < 0 {
@@ -191,7 +202,10 @@ func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []store.LGWr
 					return nil
 				})
 		}
-		return w.sendBatch(ctx, b)
+		if err := w.sendBatch(ctx, b); err != nil {
+			return err
+		}
+		return fc.check()
 	}), n
 }
 

@@ -601,6 +601,12 @@ func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 // workflowID). idx >= 0: stored once (a repeat is ignored); idx < 0: replaced. It returns the
 // rows inserted or replaced.
 func (s *Store) PutWrites(ctx context.Context, workflowID, namespace, checkpointID string, writes []store.Write) (int, error) {
+	return s.putWrites(ctx, workflowID, namespace, checkpointID, writes, 0)
+}
+
+// putWrites is PutWrites under fencing token (0: none), checked in its transaction
+// (PutWritesFenced).
+func (s *Store) putWrites(ctx context.Context, workflowID, namespace, checkpointID string, writes []store.Write, token int64) (int, error) {
 	if workflowID == "" {
 		return 0, invalid("workflowId", "required")
 	}
@@ -625,6 +631,9 @@ func (s *Store) PutWrites(ctx context.Context, workflowID, namespace, checkpoint
 	stored := 0
 	err := s.do(ctx, []int64{wfKey(workflowID)}, func(ctx context.Context, w *wtx) error {
 		stored = 0
+		if err := s.fence(ctx, w, workflowID, token); err != nil {
+			return err
+		}
 		var wf string
 		err := w.queryRow(ctx, `SELECT workflow_id FROM checkpoints WHERE checkpoint_id = $1`, checkpointID).Scan(&wf)
 		if noRows(err) {

@@ -206,7 +206,17 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	var dedup *bool
 	var seq int64
 	var retJSON []byte
-	if err := w.queryRow(ctx, saveSQL, insertArgs(sj, created, store.FormatVersion)...).Scan(&rowid, &stored, &dedup, &seq, &retJSON); err != nil {
+	// The claim first, read in the save's round trip: a writer that lost its claim stores
+	// nothing, not even an idempotent repeat (the job's savepoint undoes the statement).
+	b := &pgx.Batch{}
+	fc := queueFence(b, r.WorkflowID, r.FencingToken)
+	b.Queue(saveSQL, insertArgs(sj, created, store.FormatVersion)...).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&rowid, &stored, &dedup, &seq, &retJSON)
+	})
+	if err := w.sendBatch(ctx, b); err != nil {
+		return err
+	}
+	if err := fc.check(); err != nil {
 		return err
 	}
 	if rowid == nil { // the id exists: undo the seq and state count, then compare

@@ -239,6 +239,21 @@ CREATE TABLE rollbacks (
 CREATE UNIQUE INDEX rollbacks_unfinished ON rollbacks (workflow_id, namespace) WHERE completed_at IS NULL;
 CREATE INDEX rollbacks_wf_ns ON rollbacks (workflow_id, namespace, id);
 `},
+	// Claims (store/postgres/claims.go): one row per workflow (or LangGraph thread) id ever
+	// claimed, never deleted, so that its fencing token never goes back; writes read their id's
+	// row in their own transaction. workflow/list {claimable} walks the workflows not completed
+	// oldest first through workflows_claimable and probes claims by key. A step of its own: a
+	// renumbering only moves it in this list.
+	{"claims: leases and fencing tokens of workflows and threads; the claimable workflows' index", `
+CREATE TABLE claims (
+	workflow_id text COLLATE "C" PRIMARY KEY,  -- a workflowId or a LangGraph threadId
+	token       bigint NOT NULL CHECK (token > 0),  -- fencing token of the latest claim (1, 2, ...)
+	owner       text,                           -- NULL: released
+	expires_at  timestamptz,                    -- the server's clock; NULL: released
+	CHECK ((owner IS NULL) = (expires_at IS NULL))
+);
+CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL;
+`},
 }
 
 // SchemaVersion is the version this build migrates databases to.

@@ -140,9 +140,18 @@ func (s *Store) deleteWorkflow(ctx context.Context, w *wtx, workflowID string, d
 // Complete marks workflowID completed (not resumable). Without preserve its checkpoints are
 // deleted. A later save makes it resumable again.
 func (s *Store) Complete(ctx context.Context, workflowID string, preserve bool) (int, error) {
+	return s.complete(ctx, workflowID, preserve, 0)
+}
+
+// complete is Complete under fencing token (0: none), checked in its transaction
+// (CompleteFenced).
+func (s *Store) complete(ctx context.Context, workflowID string, preserve bool, token int64) (int, error) {
 	n := 0
 	err := s.do(ctx, []int64{wfKey(workflowID)}, func(ctx context.Context, w *wtx) error {
 		n = 0
+		if err := s.fence(ctx, w, workflowID, token); err != nil {
+			return err
+		}
 		ct, err := w.exec(ctx, `UPDATE workflows SET completed_at = $1 WHERE workflow_id = $2`, s.now(), workflowID)
 		if err != nil {
 			return err

@@ -103,6 +103,9 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
 		r := &p.Req
+		if err := s.fence(ctx, w, r.ThreadID, r.FencingToken); err != nil {
+			return err
+		}
 		if _, err := s.lgInsertCheckpoint(ctx, w, p); err != nil {
 			return err
 		}
@@ -157,6 +160,12 @@ func (s *Store) lgInsertCheckpoint(ctx context.Context, w *wtx, p *store.LGPrepa
 // LGPutWrites queues pending writes of one task. idx >= 0: stored once; idx < 0: replaced.
 // stored is valid after Wait.
 func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []store.LGWrite) (pending *store.LGPending, stored *int) {
+	return s.LGPutWritesFenced(thread, ns, checkpointID, writes, 0)
+}
+
+// LGPutWritesFenced is LGPutWrites under fencing token (0: none) for the claim of thread,
+// checked in the write's transaction.
+func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []store.LGWrite, token int64) (pending *store.LGPending, stored *int) {
 	n := new(int)
 	ps := make([]store.Packed, len(writes))
 	return s.enqueuePrepared(func() error {
@@ -169,6 +178,9 @@ func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []store.LGWr
 		return nil
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
+		if err := s.fence(ctx, w, thread, token); err != nil {
+			return err
+		}
 		for i, wr := range writes {
 			verb := "INSERT OR IGNORE"
 			if wr.Idx < 0 {

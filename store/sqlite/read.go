@@ -581,6 +581,11 @@ func (s *Store) Workflows(ctx context.Context, resumableOnly bool) ([]store.Work
 // workflowID). idx >= 0: stored once (a repeat is ignored); idx < 0: replaced. stored counts rows
 // inserted or replaced.
 func (s *Store) PutWrites(ctx context.Context, workflowID, namespace, checkpointID string, writes []store.Write) (int, error) {
+	return s.PutWritesFenced(ctx, workflowID, namespace, checkpointID, writes, 0)
+}
+
+// PutWritesFenced is PutWrites under fencing token (0: none), checked in its transaction.
+func (s *Store) PutWritesFenced(ctx context.Context, workflowID, namespace, checkpointID string, writes []store.Write, token int64) (int, error) {
 	if workflowID == "" {
 		return 0, invalid("workflowId", "required")
 	}
@@ -598,6 +603,9 @@ func (s *Store) PutWrites(ctx context.Context, workflowID, namespace, checkpoint
 	stored := 0
 	err := s.do(ctx, func(ctx context.Context, w *wtx) error {
 		stored = 0
+		if err := s.fence(ctx, w, workflowID, token); err != nil {
+			return err
+		}
 		var wf string
 		err := w.queryRow(ctx, `SELECT workflow_id FROM checkpoints WHERE checkpoint_id = ?`, checkpointID).Scan(&wf)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -188,9 +188,17 @@ func (s *Store) deleteWorkflow(ctx context.Context, w *wtx, workflowID string, d
 // Complete marks workflowID completed (not resumable). Without preserve its checkpoints are deleted.
 // A later save makes it resumable again.
 func (s *Store) Complete(ctx context.Context, workflowID string, preserve bool) (int, error) {
+	return s.CompleteFenced(ctx, workflowID, preserve, 0)
+}
+
+// CompleteFenced is Complete under fencing token (0: none), checked in its transaction.
+func (s *Store) CompleteFenced(ctx context.Context, workflowID string, preserve bool, token int64) (int, error) {
 	n := 0
 	err := s.do(ctx, func(ctx context.Context, w *wtx) error {
 		n = 0
+		if err := s.fence(ctx, w, workflowID, token); err != nil {
+			return err
+		}
 		res, err := w.exec(ctx, `UPDATE workflows SET completed_at = ? WHERE workflow_id = ?`, s.now().UnixMicro(), workflowID)
 		if err != nil {
 			return err

@@ -217,6 +217,10 @@ func (s *Store) runSave(ctx context.Context, w *wtx, sj *saveJob) error {
 func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	ws := s.ws
 	r := &sj.Req
+	// The claim first: a writer that lost its claim stores nothing, not even an idempotent repeat.
+	if err := s.fence(ctx, w, r.WorkflowID, r.FencingToken); err != nil {
+		return err
+	}
 	var (
 		exWf                          string
 		exHash, exState               []byte

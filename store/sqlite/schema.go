@@ -235,6 +235,19 @@ CREATE TABLE rollbacks (
 CREATE UNIQUE INDEX rollbacks_unfinished ON rollbacks(workflow_id, namespace) WHERE completed_at IS NULL;
 CREATE INDEX rollbacks_wf ON rollbacks(workflow_id, created_at);
 `,
+	// 7: claims (store/sqlite/claims.go, store/claims.go): one row per workflow (or LangGraph
+	// thread) id ever claimed, never deleted, so that its fencing token never goes back. Writes
+	// look their id up here in their own transaction. workflow/list {claimable} walks the
+	// resumable workflows oldest first through workflows_claimable and probes claims by key.
+	`
+CREATE TABLE claims (
+	workflow_id TEXT PRIMARY KEY,  -- a workflowId or a LangGraph threadId
+	token       INTEGER NOT NULL,  -- fencing token of the latest claim (1, 2, ...)
+	owner       TEXT,              -- NULL: released
+	expires_at  INTEGER            -- unix micros, the database's clock; NULL: released
+) WITHOUT ROWID;
+CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id) WHERE completed_at IS NULL;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

@@ -174,10 +174,11 @@ def src(tmp_path: Path) -> Path:
 def test_sync_client_and_workflow_send_only_known_params(
     ckptd_bin: str, tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ckptd.claim import Claim
     from ckptd.client import Client
     from ckptd.workflow import Step, Workflow
 
-    rec = Recorder(monkeypatch, [Client, Workflow, Step], [Client])
+    rec = Recorder(monkeypatch, [Client, Workflow, Step, Claim], [Client])
     db = str(tmp_path / "sync.db")
     args = ["--keep-last", "0"]
     with Client(db=db, binary=ckptd_bin, args=args, request_timeout=120) as c:
@@ -188,7 +189,7 @@ def test_sync_client_and_workflow_send_only_known_params(
 
         exercise_client(c, src, handler)
 
-        with c.workflow(
+        with c.claim("wf-helper", owner="wire", lease_seconds=45, renew_every=5) as claim, c.workflow(
             "wf-helper",
             workflow_hash="sha256:h",
             sources=str(src),
@@ -200,6 +201,8 @@ def test_sync_client_and_workflow_send_only_known_params(
             force=True,
             metadata={"owner": "wire"},
             drift_as_warning=True,
+            claim=claim,
+            sources_root=str(src),
         ) as wf:
             assert wf.resume() is None
             assert wf.should_run(0) and wf.start_step == 0
@@ -209,6 +212,12 @@ def test_sync_client_and_workflow_send_only_known_params(
                 with wf.step("two", 1, metadata={"k": 2}):
                     raise ValueError("boom")
             assert wf.drift_status()["drifted"] is False
+            assert claim.renew()["fencingToken"] == claim.fencing_token
+            claim.check()
+        # a claim taken and released by hand
+        manual = c.claim("wf-manual", "wire", 30)
+        assert manual.acquire() is manual and manual.held
+        assert manual.release() is True
         # resume a workflow that has checkpoints (the plan's params with a checkpoint to plan from)
         with c.workflow("wf-helper-2", namespace="", workflow_hash="h2", force=False) as wf2:
             with wf2.step("one") as s:
@@ -273,9 +282,10 @@ def exercise_client(c: Any, src: Path, handler: Callable[[str, Dict[str, Any]], 
     assert [s["checkpointId"] for s in c.list("wf", namespace="", phase="completed", metadata={"k": "v"}, before="c3", limit=5)] == ["c1"]
     c.put_writes("wf", "c3", "t1", [("ch", 1), ("ch", 2, 1), {"channel": "ch2", "value": b"x", "idx": 2, "type": "bytes"}],
                  namespace="", task_path="path")
-    plan = c.resume_plan("wf", namespace="", checkpoint_id="c1", workflow_hash="sha256:h", force=True, drift_as_warning=True)
+    plan = c.resume_plan("wf", namespace="", checkpoint_id="c1", workflow_hash="sha256:h", force=True, drift_as_warning=True,
+                         sources_root=str(src))
     assert plan.checkpoint_id == "c1"
-    assert c.drift_status(workflow_id="wf", namespace="")["drifted"] is False
+    assert c.drift_status(workflow_id="wf", namespace="", sources_root=str(src))["drifted"] is False
     assert c.drift_status(checkpoint_id="c1")["checkpointId"] == "c1"
     w = c.drift_watch(workflow_id="wf", namespace="", debounce_ms=20, callback=handler)
     c.drift_unwatch(w["watchId"])
@@ -291,6 +301,16 @@ def exercise_client(c: Any, src: Path, handler: Callable[[str, Dict[str, Any]], 
     result, _ = c.request("checkpoint/save", {"workflowId": "raw", "stateAttachment": True}, b"{}", timeout=60)
     assert result["seq"] == 1
     assert c.delete(workflow_id="raw")["deleted"] == 1
+    # claims by hand: every write takes the token
+    k = c.claim_workflow("wf-claim", "wire", 30)
+    tok = k["fencingToken"]
+    c.save("wf-claim", {"n": 1}, checkpoint_id="k1", fencing_token=tok)
+    c.put_writes("wf-claim", "k1", "t1", [("ch", 1)], fencing_token=tok)
+    assert c.renew_claim("wf-claim", tok, 60)["fencingToken"] == tok
+    assert c.complete("wf-claim", preserve=True, fencing_token=tok)["workflowId"] == "wf-claim"
+    assert c.release_claim("wf-claim", tok)["released"] is True
+    c.save("wf-claimable", {"n": 1})
+    assert "wf-claimable" in {w["workflowId"] for w in c.workflows(claimable=True)}
     assert isinstance(c.stderr_tail(), str) and c.returncode is None and not c.closed
 
 
@@ -355,8 +375,9 @@ def test_async_client_and_workflow_send_only_known_params(
     ckptd_bin: str, tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ckptd.aio import AsyncClient, AsyncStep, AsyncWorkflow
+    from ckptd.claim import AsyncClaim
 
-    rec = Recorder(monkeypatch, [AsyncClient, AsyncWorkflow, AsyncStep], [AsyncClient])
+    rec = Recorder(monkeypatch, [AsyncClient, AsyncWorkflow, AsyncStep, AsyncClaim], [AsyncClient])
     db = str(tmp_path / "async.db")
 
     async def main() -> None:
@@ -382,9 +403,9 @@ def test_async_client_and_workflow_send_only_known_params(
             await c.put_writes("wf", "c3", "t1", [("ch", 1), {"channel": "b", "value": b"\x01", "idx": 1, "type": "bytes"}],
                                namespace="", task_path="p")
             plan = await c.resume_plan("wf", namespace="", checkpoint_id="c1", workflow_hash="sha256:h", force=True,
-                                       drift_as_warning=True)
+                                       drift_as_warning=True, sources_root=str(src))
             assert plan.checkpoint_id == "c1"
-            assert (await c.drift_status(workflow_id="wf", namespace=""))["drifted"] is False
+            assert (await c.drift_status(workflow_id="wf", namespace="", sources_root=str(src)))["drifted"] is False
             await c.drift_status(checkpoint_id="c1")
             w = await c.drift_watch(workflow_id="wf", namespace="", debounce_ms=20, callback=handler)
             await c.drift_unwatch(w["watchId"])
@@ -395,6 +416,14 @@ def test_async_client_and_workflow_send_only_known_params(
             assert await c.workflows(resumable_only=True)
             await c.prune("wf", keep_last=2, older_than_seconds=3600, dry_run=True)
             await c.complete("wf", preserve=True)
+            k = await c.claim_workflow("wf-claim", "wire", 30)
+            tok = k["fencingToken"]
+            await c.save("wf-claim", [1], checkpoint_id="k1", fencing_token=tok)
+            await c.put_writes("wf-claim", "k1", "t1", [("ch", 1)], fencing_token=tok)
+            await c.renew_claim("wf-claim", tok, 60)
+            await c.complete("wf-claim", preserve=True, fencing_token=tok)
+            await c.release_claim("wf-claim", tok)
+            assert isinstance(await c.workflows(claimable=True), list)
             await c.delete(checkpoint_id="c2")
             await c.delete(workflow_id="wf")
             await c.stats()
@@ -402,9 +431,11 @@ def test_async_client_and_workflow_send_only_known_params(
             assert result["seq"] == 1
             assert isinstance(c.stderr_tail(), str) and c.returncode is None and not c.closed
 
-            async with c.workflow("wf-helper", workflow_hash="h", sources=str(src), namespace="ns", initial_state=[0],
-                                  retryable=(KeyError,), complete_on_exit=True, preserve_on_complete=True, force=True,
-                                  metadata={"owner": "wire"}, drift_as_warning=True) as wf:
+            claim = c.claim("wf-helper", owner="wire", lease_seconds=45, renew_every=5)
+            async with claim, c.workflow("wf-helper", workflow_hash="h", sources=str(src), namespace="ns", initial_state=[0],
+                                         retryable=(KeyError,), complete_on_exit=True, preserve_on_complete=True, force=True,
+                                         metadata={"owner": "wire"}, drift_as_warning=True, claim=claim,
+                                         sources_root=str(src)) as wf:
                 assert await wf.resume() is None
                 assert wf.should_run(0) and wf.start_step == 0
                 async with wf.step("one", 0, metadata={"k": 1}) as s:
@@ -413,6 +444,11 @@ def test_async_client_and_workflow_send_only_known_params(
                     async with wf.step("two", 1, metadata={"k": 2}):
                         raise KeyError("boom")
                 assert (await wf.drift_status())["drifted"] is False
+                assert (await claim.renew())["fencingToken"] == claim.fencing_token
+                claim.check()
+            manual = c.claim("wf-manual", "wire", 30)
+            assert await manual.acquire() is manual
+            assert await manual.release() is True
             await aexercise_saga(c)
             async with c.workflow("wf-saga-helper", initial_state={}) as wf3:
                 async with wf3.step("a", 0) as s:

@@ -8,11 +8,14 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { EventEmitter } from "node:events";
 
 import { findBinary } from "./binary.js";
+import { Claim, type ClaimOptions } from "./claim.js";
 import { checkProtocolVersion } from "./version.js";
 import "./dispose.js";
 import { ClientClosedError, CkptdError, DaemonDiedError, ErrorCode, ProtocolError, errorFromRpc } from "./errors.js";
 import { FrameReader, FramingError, encodeFrame, parseBody, type Frame } from "./framing.js";
 import type {
+  ClaimParams,
+  ClaimResult,
   CompensationDoneParams,
   CompensationDoneResult,
   CompleteParams,
@@ -43,6 +46,9 @@ import type {
   RawNotification,
   RegisterCompensationParams,
   RegisterCompensationResult,
+  ReleaseParams,
+  ReleaseResult,
+  RenewParams,
   ResumePlan,
   ResumePlanParams,
   RollbackCompleteParams,
@@ -809,6 +815,58 @@ export class Client extends EventEmitter<ClientEvents> {
       return { ...rest, valueBase64: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString("base64") };
     });
     return this.request<PutWritesResult>("writes/put", { ...params, writes }, options);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Claims (docs/protocol.md, "Claims")
+
+  /** `workflow/claim`; rejects with {@link ClaimedError} (`owner`, `expiresAt`) while another worker's claim is live. */
+  claimWorkflow(params: ClaimParams, options?: CallOptions): Promise<ClaimResult> {
+    return this.request<ClaimResult>("workflow/claim", params, options);
+  }
+
+  /** `workflow/renew`: extends the lease of the claim holding `fencingToken`. */
+  renewClaim(params: RenewParams, options?: CallOptions): Promise<ClaimResult> {
+    return this.request<ClaimResult>("workflow/renew", params, options);
+  }
+
+  /** `workflow/release`. */
+  releaseClaim(params: ReleaseParams, options?: CallOptions): Promise<ReleaseResult> {
+    return this.request<ReleaseResult>("workflow/release", params, options);
+  }
+
+  /**
+   * Claims a workflow and renews the lease in the background until `release()`: a {@link Claim}
+   * (see `withClaim` for a scope that releases by itself). Rejects with {@link ClaimedError} while
+   * another worker's claim is live.
+   */
+  claim(workflowId: string, options: ClaimOptions = {}): Promise<Claim> {
+    return new Claim(this, workflowId, options).acquire();
+  }
+
+  /**
+   * Runs `fn` under a claim of `workflowId`: claims it, renews in the background while `fn` runs,
+   * and releases it when `fn` settles. Pass the claim to `client.workflow(id, { claim })` so its
+   * saves carry the fencing token. Rejects with {@link ClaimLostError} if the lease was lost (or
+   * with fn's own error, e.g. the {@link ClaimedError} of a save refused after a take-over).
+   */
+  async withClaim<T>(workflowId: string, options: ClaimOptions, fn: (claim: Claim) => T | Promise<T>): Promise<T> {
+    const claim = await this.claim(workflowId, options);
+    let value: T;
+    try {
+      value = await fn(claim);
+    } catch (err) {
+      claim.noteRefusal(err);
+      try {
+        await claim.release();
+      } catch (relErr) {
+        process.emitWarning(`ckptd: could not release the claim on ${workflowId}: ${String(relErr)}`, "CkptdWarning");
+      }
+      throw err;
+    }
+    await claim.release();
+    claim.check();
+    return value;
   }
 
   /**

@@ -17,6 +17,7 @@ export const ErrorCode = {
   ResumeValidationFailed: -32005,
   StorageUnavailable: -32006,
   ShuttingDown: -32007,
+  Claimed: -32008,
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -152,6 +153,39 @@ export class StorageUnavailableError extends CkptdError {
 /** -32007: the request arrived after `shutdown`. */
 export class ShuttingDownError extends CkptdError {}
 
+/**
+ * -32008: the workflow's claim refused the call: another worker's live claim refused
+ * `workflow/claim`, or a write (or renewal) carried a fencing token that is no longer the
+ * workflow's, or none while the claim is live. `data`: `{workflowId, owner, expiresAt, reason}`,
+ * the claim as the daemon saw it (`owner`, `expiresAt` null when nobody holds it).
+ */
+export class ClaimedError extends CkptdError {
+  get workflowId(): string | undefined {
+    return dataField(this.data, "workflowId");
+  }
+  /** Who holds the claim now (null: nobody). */
+  get owner(): string | null | undefined {
+    return dataField(this.data, "owner");
+  }
+  /** The end of the holder's lease by the database's clock (for people). */
+  get expiresAt(): string | null | undefined {
+    return dataField(this.data, "expiresAt");
+  }
+  get reason(): string | undefined {
+    return dataField(this.data, "reason");
+  }
+}
+
+/** Code of {@link ClaimLostError} when no renewal got through before the lease ran out (client side). */
+export const CLAIM_EXPIRED = -3;
+
+/**
+ * A claim ({@link Claim}) was lost while it was held: a renewal was refused (`code` -32008 and the
+ * daemon's `data`: another worker took the workflow over), or no renewal got through before the
+ * lease ran out (`code` {@link CLAIM_EXPIRED}; `data` as far as this client knows it; `cause`).
+ */
+export class ClaimLostError extends ClaimedError {}
+
 /** Code of {@link DaemonDiedError} (client side; outside the JSON-RPC reserved range). */
 export const DAEMON_DIED = -1;
 /** Code of {@link ClientClosedError} (client side). */
@@ -206,6 +240,7 @@ const byCode = new Map<number, ErrorClass>([
   [ErrorCode.ResumeValidationFailed, ResumeValidationError],
   [ErrorCode.StorageUnavailable, StorageUnavailableError],
   [ErrorCode.ShuttingDown, ShuttingDownError],
+  [ErrorCode.Claimed, ClaimedError],
 ]);
 
 /** Turns a JSON-RPC error object into the matching {@link CkptdError} subclass. */

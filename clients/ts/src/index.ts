@@ -18,10 +18,15 @@ export { Client, STDERR_TAIL_BYTES } from "./client.js";
 export type { CallOptions, ClientEvents, ClientOptions, ExitInfo, NotificationsOptions, Reply } from "./client.js";
 export { Workflow, StepInterruptedError, RollbackFailedError } from "./workflow.js";
 export type { ErrorClass, LayerParams, RollbackHandler, RollbackOptions, RollbackOutcome, StepContext, StepOptions, WorkflowOptions } from "./workflow.js";
+export { Claim, defaultOwner } from "./claim.js";
+export type { ClaimOptions } from "./claim.js";
 export {
   BinaryNotFoundError,
   CheckpointCorruptError,
   CheckpointNotFoundError,
+  CLAIM_EXPIRED,
+  ClaimedError,
+  ClaimLostError,
   CkptdError,
   CLIENT_CLOSED,
   ClientClosedError,

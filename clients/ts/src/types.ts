@@ -82,6 +82,8 @@ export interface SaveParams<S = unknown> {
    * `checkpoint/save`); servers without the `drift` capability ignore it.
    */
   sources?: Sources;
+  /** The token of the caller's claim on the workflow (`workflow/claim`, docs/protocol.md "Claims"). */
+  fencingToken?: number;
   /**
    * The step's score of its result, classified and stored with the checkpoint (docs/protocol.md,
    * "Validation and compensation"). A `confidence` of NaN or ±Infinity is sent as its name (JSON has
@@ -337,6 +339,8 @@ export interface CompleteParams {
   workflowId: string;
   /** Keep the checkpoints (default: delete them). */
   preserve?: boolean;
+  /** The token of the caller's claim on the workflow. */
+  fencingToken?: number;
 }
 
 export interface CompleteResult {
@@ -347,6 +351,8 @@ export interface CompleteResult {
 
 export interface WorkflowListParams {
   resumableOnly?: boolean;
+  /** Only resumable workflows whose claim is free (never claimed, released, lease run out), oldest first. */
+  claimable?: boolean;
 }
 
 export interface WorkflowInfo {
@@ -385,6 +391,8 @@ export interface PutWritesParams {
   taskId: string;
   taskPath?: string;
   writes: Write[];
+  /** The token of the caller's claim on the workflow. */
+  fencingToken?: number;
 }
 
 export interface PutWritesResult {
@@ -404,6 +412,8 @@ export interface ResumePlanParams {
   force?: boolean;
   /** Source drift since the checkpoint is a warning, not a problem. */
   driftAsWarning?: boolean;
+  /** Compare the recorded sources with the same tree checked out at this directory (another machine). */
+  sourcesRoot?: string;
   /**
    * Plan from a rollback's target (the unfinished rollback's, else `toCheckpointId`, else the
    * newest checkpoint whose validation did not fail) and list the compensations to run first.
@@ -612,7 +622,8 @@ export interface DriftFileChange {
   [key: string]: unknown;
 }
 
-export type DriftStatusParams = DriftTarget & { limits?: DriftLimits };
+/** `sourcesRoot`: compare with the same tree checked out at this directory (another machine's checkout). */
+export type DriftStatusParams = DriftTarget & { limits?: DriftLimits; sourcesRoot?: string };
 
 /** `drift/status` result. */
 export interface DriftStatusResult {
@@ -627,6 +638,8 @@ export interface DriftStatusResult {
   warnings?: string[];
   /** Paths that could not be read now ("dir/", "./" for the root): `drifted` is then true. */
   unreadable?: string[];
+  /** With `sourcesRoot`: the root the sources were recorded at (`root` is then the tree compared). */
+  recordedRoot?: string;
   [key: string]: unknown;
 }
 
@@ -699,4 +712,44 @@ export type Notification<M extends NotificationMethod = NotificationMethod> = {
 export interface RawNotification {
   method: string;
   params: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claims (docs/protocol.md, "Claims")
+
+export interface ClaimParams {
+  workflowId: string;
+  /** Names the worker, e.g. `host:pid`. */
+  owner: string;
+  /** Integer, 1-86400. */
+  leaseSeconds: number;
+}
+
+export interface RenewParams {
+  workflowId: string;
+  fencingToken: number;
+  leaseSeconds: number;
+}
+
+export interface ReleaseParams {
+  workflowId: string;
+  fencingToken: number;
+}
+
+/** `workflow/claim` and `workflow/renew` result. */
+export interface ClaimResult {
+  workflowId: string;
+  owner: string;
+  /** The end of the lease by the database's clock: for people, never compare it with the local clock. */
+  expiresAt: string;
+  fencingToken: number;
+  [key: string]: unknown;
+}
+
+export interface ReleaseResult {
+  workflowId: string;
+  fencingToken: number;
+  /** False when the claim was released already. */
+  released: boolean;
+  [key: string]: unknown;
 }

@@ -6,6 +6,7 @@
  * `wf.rollback(handler)` runs a rollback through your handler, durably (docs/protocol.md,
  * "Validation and compensation").
  */
+import type { Claim } from "./claim.js";
 import type { CallOptions, Client } from "./client.js";
 import { CheckpointNotFoundError } from "./errors.js";
 import type {
@@ -47,6 +48,13 @@ export interface WorkflowOptions<S = unknown> {
   initialState?: S;
   /** Signals that save an `interrupted` checkpoint while a step runs (default SIGINT, SIGTERM; `[]` = none). */
   signals?: readonly NodeJS.Signals[];
+  /**
+   * The claim the helper works under (`client.claim` / `client.withClaim`): every save and the
+   * completion carry its fencing token, so a worker that lost the workflow stores nothing more.
+   */
+  claim?: Claim;
+  /** Plan resumes against the same source tree checked out at this directory (another machine's checkout). */
+  sourcesRoot?: string;
 }
 
 /** What a step function gets. Assign `state` to set the state saved with the `completed` checkpoint. */
@@ -253,6 +261,9 @@ export class Workflow<S = unknown> {
   readonly namespace: string;
   readonly workflowHash: string | undefined;
   readonly sources: Sources | undefined;
+  /** The claim the helper's saves are made under, if any. */
+  readonly claim: Claim | undefined;
+  readonly sourcesRoot: string | undefined;
   /** The current state: the plan's on resume, then each completed step's / layer's. */
   state: S | undefined;
   /** The plan of the last `resume()` (null: fresh start or not resumed). */
@@ -282,6 +293,11 @@ export class Workflow<S = unknown> {
     this.namespace = options.namespace ?? "";
     this.workflowHash = options.workflowHash;
     this.sources = options.sources;
+    if (options.claim !== undefined && options.claim.workflowId !== workflowId) {
+      throw new Error(`workflow: the claim is on workflow ${JSON.stringify(options.claim.workflowId)}, not ${JSON.stringify(workflowId)}`);
+    }
+    this.claim = options.claim;
+    this.sourcesRoot = options.sourcesRoot;
     this.retryableErrors = options.retryableErrors ?? [];
     this.metadata = options.metadata;
     this.signals = new Set(options.signals ?? ["SIGINT", "SIGTERM"]);
@@ -339,6 +355,7 @@ export class Workflow<S = unknown> {
           ...(this.workflowHash !== undefined ? { workflowHash: this.workflowHash } : {}),
           ...(checkpointId !== undefined ? { checkpointId } : {}),
           ...(force !== undefined ? { force } : {}),
+          ...(this.sourcesRoot !== undefined ? { sourcesRoot: this.sourcesRoot } : {}),
         },
         call,
       );
@@ -374,10 +391,24 @@ export class Workflow<S = unknown> {
       ...(this.lastCheckpointId !== undefined ? { parentId: this.lastCheckpointId } : {}),
       ...params,
       ...(metadata !== undefined ? { metadata } : {}),
+      ...this.fence(),
     };
-    const r = await this.client.save(full, options);
+    let r: SaveResult;
+    try {
+      r = await this.client.save(full, options);
+    } catch (e) {
+      this.claim?.noteRefusal(e);
+      throw e;
+    }
     this.lastCheckpointId = r.checkpointId;
     return r;
+  }
+
+  /** The claim's token for a write (none without a claim); throws once the claim is known lost. */
+  private fence(): { fencingToken?: number } {
+    if (this.claim === undefined) return {};
+    this.claim.check();
+    return { fencingToken: this.claim.fencingToken };
   }
 
   /**
@@ -558,9 +589,14 @@ export class Workflow<S = unknown> {
   }
 
   /** `workflow/complete`: the workflow is done (no longer resumable). */
-  complete(options: { preserve?: boolean } & CallOptions = {}): Promise<CompleteResult> {
+  async complete(options: { preserve?: boolean } & CallOptions = {}): Promise<CompleteResult> {
     const { preserve, ...call } = options;
-    return this.client.complete({ workflowId: this.workflowId, ...(preserve !== undefined ? { preserve } : {}) }, call);
+    try {
+      return await this.client.complete({ workflowId: this.workflowId, ...(preserve !== undefined ? { preserve } : {}), ...this.fence() }, call);
+    } catch (e) {
+      this.claim?.noteRefusal(e);
+      throw e;
+    }
   }
 
   private setTasks(completed: unknown[], pending: unknown[]): void {

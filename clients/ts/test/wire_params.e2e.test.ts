@@ -17,11 +17,14 @@ import { after, afterEach, before, describe, it } from "node:test";
 import { emptyCheckpoint, uuid6, type Checkpoint, type CheckpointListOptions, type CheckpointMetadata } from "@langchain/langgraph-checkpoint";
 import {
   CheckpointNotFoundError,
+  Claim,
   Client,
   CkptdError,
   InvalidParamsError,
   Workflow,
   type CallOptions,
+  type ClaimOptions,
+  type ClaimParams,
   type ConfigureParams,
   type DeleteParams,
   type DriftStatusParams,
@@ -33,6 +36,8 @@ import {
   type LoadParams,
   type PruneParams,
   type PutWritesParams,
+  type ReleaseParams,
+  type RenewParams,
   type Reply,
   type ResumePlanParams,
   type Retention,
@@ -72,6 +77,7 @@ type ClientMethod = Exclude<MethodsOf<Client>, keyof EventEmitter>;
 /** CkptdSaver's public methods, LangGraph's base class ones included (get, getTuple, ...). */
 type SaverMethod = Exclude<MethodsOf<CkptdSaver>, "toJSON">;
 type WorkflowMethod = MethodsOf<Workflow>;
+type ClaimMethod = MethodsOf<Claim>;
 
 /**
  * Per method: which argument holds its options object, and the option names every call of the
@@ -92,7 +98,7 @@ const clientOptions: Record<ClientMethod, Options> = {
     keys: names<SaveParams>({
       workflowId: true, namespace: true, checkpointId: true, parentId: true, phase: true, step: true, stepName: true,
       error: true, state: true, stateType: true, completedTasks: true, pendingTasks: true, workflowHash: true,
-      metadata: true, sources: true, validation: true,
+      metadata: true, sources: true, validation: true, fencingToken: true,
     }),
   },
   load: { arg: 0, keys: names<LoadParams>({ checkpointId: true, workflowId: true, namespace: true }) },
@@ -100,14 +106,22 @@ const clientOptions: Record<ClientMethod, Options> = {
   delete: { arg: 0, keys: names<DeleteParams>({ checkpointId: true, workflowId: true }) },
   prune: { arg: 0, keys: names<PruneParams>({ workflowId: true, keepLast: true, olderThanSeconds: true, dryRun: true }) },
   configure: { arg: 0, keys: names<ConfigureParams>({ workflowId: true, retention: true, sources: true, validation: true, compensation: true }) },
-  complete: { arg: 0, keys: names<CompleteParams>({ workflowId: true, preserve: true }) },
-  workflows: { arg: 0, keys: names<WorkflowListParams>({ resumableOnly: true }) },
-  putWrites: { arg: 0, keys: names<PutWritesParams>({ workflowId: true, namespace: true, checkpointId: true, taskId: true, taskPath: true, writes: true }) },
+  complete: { arg: 0, keys: names<CompleteParams>({ workflowId: true, preserve: true, fencingToken: true }) },
+  workflows: { arg: 0, keys: names<WorkflowListParams>({ resumableOnly: true, claimable: true }) },
+  putWrites: {
+    arg: 0,
+    keys: names<PutWritesParams>({ workflowId: true, namespace: true, checkpointId: true, taskId: true, taskPath: true, writes: true, fencingToken: true }),
+  },
+  claimWorkflow: { arg: 0, keys: names<ClaimParams>({ workflowId: true, owner: true, leaseSeconds: true }) },
+  renewClaim: { arg: 0, keys: names<RenewParams>({ workflowId: true, fencingToken: true, leaseSeconds: true }) },
+  releaseClaim: { arg: 0, keys: names<ReleaseParams>({ workflowId: true, fencingToken: true }) },
+  claim: { arg: 1, keys: names<ClaimOptions>({ owner: true, leaseSeconds: true, renewEveryMs: true }) },
+  withClaim: { arg: 1, keys: names<ClaimOptions>({ owner: true, leaseSeconds: true, renewEveryMs: true }) },
   resumePlan: {
     arg: 0,
     keys: names<ResumePlanParams>({
       workflowId: true, namespace: true, checkpointId: true, workflowHash: true, force: true, driftAsWarning: true, rollback: true,
-      toCheckpointId: true,
+      toCheckpointId: true, sourcesRoot: true,
     }),
   },
   registerCompensation: {
@@ -120,16 +134,24 @@ const clientOptions: Record<ClientMethod, Options> = {
   compensationDone: { arg: 0, keys: names<CompensationDoneParams>({ compensationId: true, rollbackId: true, ok: true, error: true }) },
   rollbackComplete: { arg: 0, keys: names<RollbackCompleteParams>({ rollbackId: true, prune: true }) },
   stats: null,
-  driftStatus: { arg: 0, keys: names<DriftStatusParams>({ workflowId: true, namespace: true, checkpointId: true, limits: true }) },
+  driftStatus: { arg: 0, keys: names<DriftStatusParams>({ workflowId: true, namespace: true, checkpointId: true, limits: true, sourcesRoot: true }) },
   driftWatch: { arg: 0, keys: names<DriftWatchParams>({ workflowId: true, namespace: true, checkpointId: true, debounceMs: true, limits: true }) },
   driftUnwatch: { arg: 0, keys: names<DriftUnwatchParams>({ watchId: true }) },
   workflow: {
     arg: 1,
     keys: names<WorkflowOptions>({
       namespace: true, workflowHash: true, sources: true, retention: true, retryableErrors: true, metadata: true,
-      initialState: true, signals: true,
+      initialState: true, signals: true, claim: true, sourcesRoot: true,
     }),
   },
+};
+
+const claimOptions: Record<ClaimMethod, Options> = {
+  acquire: null,
+  renew: null,
+  release: null,
+  check: null,
+  noteRefusal: null,
 };
 
 const workflowOptions: Record<WorkflowMethod, Options> = {
@@ -141,6 +163,7 @@ const workflowOptions: Record<WorkflowMethod, Options> = {
     keys: names<Omit<SaveParams, "workflowId" | "namespace">>({
       checkpointId: true, parentId: true, phase: true, step: true, stepName: true, error: true, state: true,
       stateType: true, completedTasks: true, pendingTasks: true, workflowHash: true, metadata: true, sources: true, validation: true,
+      fencingToken: true,
     }),
   },
   rollback: { arg: 1, keys: names<RollbackOptions>({ toCheckpointId: true, full: true, prune: true }) },
@@ -322,6 +345,7 @@ describe("the client sends only params the daemon knows", () => {
     rec.wrapTransport();
     rec.wrap("Client", Client.prototype, clientOptions);
     rec.wrap("Workflow", Workflow.prototype, workflowOptions);
+    rec.wrap("Claim", Claim.prototype, claimOptions);
 
     const c = await env.start({ args: ["--keep-last", "0"] });
     const info = await c.initialize({ clientName: "wire", events: ["checkpoint/saved", "checkpoint/pruned"] });
@@ -350,11 +374,13 @@ describe("the client sends only params the daemon knows", () => {
       workflowId: "wf", namespace: "", checkpointId: "c3", taskId: "t1", taskPath: "p",
       writes: [{ channel: "ch", value: 1, type: "json", idx: 0 }, { channel: "ch2", value: new Uint8Array([7]), idx: 1 }],
     });
-    const plan = await c.resumePlan({ workflowId: "wf", namespace: "", checkpointId: "c1", workflowHash: "sha256:h", force: true, driftAsWarning: true });
+    const plan = await c.resumePlan({
+      workflowId: "wf", namespace: "", checkpointId: "c1", workflowHash: "sha256:h", force: true, driftAsWarning: true, sourcesRoot: src,
+    });
     assert.equal(plan.checkpointId, "c1");
-    assert.equal((await c.driftStatus({ workflowId: "wf", namespace: "" })).drifted, false);
+    assert.equal((await c.driftStatus({ workflowId: "wf", namespace: "", sourcesRoot: src })).drifted, false);
     assert.equal((await c.driftStatus({ checkpointId: "c1", limits: { maxFiles: 100000 } })).checkpointId, "c1");
-    const w1 = await c.driftWatch({ workflowId: "wf", namespace: "", debounceMs: 20 });
+    const w1 = await c.driftWatch({ workflowId: "wf", namespace: "", debounceMs: 20, limits: { maxFiles: 100000 } });
     await c.driftUnwatch({ watchId: w1.watchId });
     const w2 = await c.driftWatch({ checkpointId: "c1", limits: { timeoutMs: 60000 } });
     await c.driftUnwatch({ watchId: w2.watchId });
@@ -365,6 +391,20 @@ describe("the client sends only params the daemon knows", () => {
     assert.equal((await c.prune({ workflowId: "wf", keepLast: 1, olderThanSeconds: 3600, dryRun: true })).dryRun, true);
     await c.save({ workflowId: "wf-empty" });
     assert.equal((await c.complete({ workflowId: "wf-empty", preserve: true })).workflowId, "wf-empty");
+    // claims by hand: every write takes the token
+    const k = await c.claimWorkflow({ workflowId: "wf-claim", owner: "wire", leaseSeconds: 30 });
+    await c.save({ workflowId: "wf-claim", checkpointId: "k1", state: 1, fencingToken: k.fencingToken });
+    await c.putWrites({ workflowId: "wf-claim", checkpointId: "k1", taskId: "t", writes: [{ channel: "ch", value: 1 }], fencingToken: k.fencingToken });
+    assert.equal((await c.renewClaim({ workflowId: "wf-claim", fencingToken: k.fencingToken, leaseSeconds: 60 })).fencingToken, k.fencingToken);
+    await c.complete({ workflowId: "wf-claim", preserve: true, fencingToken: k.fencingToken });
+    assert.equal((await c.releaseClaim({ workflowId: "wf-claim", fencingToken: k.fencingToken })).released, true);
+    await c.save({ workflowId: "wf-claimable", state: 1 });
+    assert.ok((await c.workflows({ claimable: true })).workflows.some((w) => w.workflowId === "wf-claimable"));
+    const manual = await c.claim("wf-manual", { owner: "wire", leaseSeconds: 30, renewEveryMs: 5000 });
+    assert.equal((await manual.renew()).fencingToken, manual.fencingToken);
+    manual.check();
+    manual.noteRefusal(new Error("not a refusal"));
+    assert.equal(await manual.release(), true);
     assert.equal((await c.delete({ checkpointId: "c2" })).deleted, 1);
     const stats = await c.stats();
     assert.ok(stats.counters.saves >= 4);
@@ -396,31 +436,34 @@ describe("the client sends only params the daemon knows", () => {
     const full = await c.rollbackPlan({ workflowId: "wf-saga", full: true });
     assert.equal((await c.rollbackComplete({ rollbackId: full.rollbackId })).progress.total, 0);
 
-    // The workflow helper, every option.
-    const wf = await c.workflow<{ n: number }>("wf-helper", {
-      namespace: "ns", workflowHash: "h", sources: { root: src }, retention: { keepLast: 10 }, retryableErrors: [RangeError],
-      metadata: { owner: "wire" }, initialState: { n: 0 }, signals: [],
+    // The workflow helper, every option, under a claim.
+    await c.withClaim("wf-helper", { owner: "wire", leaseSeconds: 45, renewEveryMs: 5000 }, async (claim) => {
+      const wf = await c.workflow<{ n: number }>("wf-helper", {
+        namespace: "ns", workflowHash: "h", sources: { root: src }, retention: { keepLast: 10 }, retryableErrors: [RangeError],
+        metadata: { owner: "wire" }, initialState: { n: 0 }, signals: [], claim, sourcesRoot: src,
+      });
+      assert.equal(await wf.resume({ force: true }), null);
+      assert.ok(wf.shouldRun(0) && !wf.isTaskDone("x"));
+      await wf.step("one", 0, (s) => {
+        s.state = { n: 1 };
+      }, { metadata: { k: 1 } });
+      await assert.rejects(
+        wf.step("two", 1, () => {
+          throw new RangeError("boom");
+        }, { retryable: false, metadata: { k: 2 } }),
+        RangeError,
+      );
+      await wf.layer(2, { completedTasks: ["a"], pendingTasks: ["b"], state: { n: 2 }, phase: "before_step", stepName: "layer", metadata: { l: 1 } });
+      const saved = await wf.save({
+        checkpointId: "wfh-9", parentId: "wfh-x", phase: "failed", step: 9, stepName: "nine", error: { message: "m", retryable: false },
+        state: Buffer.from("[9]"), stateType: "json", completedTasks: [], pendingTasks: [], workflowHash: "h2", metadata: { m: 1 }, sources: { root: src },
+        fencingToken: claim.fencingToken,
+      });
+      assert.equal(saved.checkpointId, "wfh-9");
+      const plan2 = await wf.resume({ checkpointId: "wfh-9", force: true });
+      assert.equal(plan2?.checkpointId, "wfh-9");
+      await wf.complete({ preserve: true });
     });
-    assert.equal(await wf.resume({ force: true }), null);
-    assert.ok(wf.shouldRun(0) && !wf.isTaskDone("x"));
-    await wf.step("one", 0, (s) => {
-      s.state = { n: 1 };
-    }, { metadata: { k: 1 } });
-    await assert.rejects(
-      wf.step("two", 1, () => {
-        throw new RangeError("boom");
-      }, { retryable: false, metadata: { k: 2 } }),
-      RangeError,
-    );
-    await wf.layer(2, { completedTasks: ["a"], pendingTasks: ["b"], state: { n: 2 }, phase: "before_step", stepName: "layer", metadata: { l: 1 } });
-    const saved = await wf.save({
-      checkpointId: "wfh-9", parentId: "wfh-x", phase: "failed", step: 9, stepName: "nine", error: { message: "m", retryable: false },
-      state: Buffer.from("[9]"), stateType: "json", completedTasks: [], pendingTasks: [], workflowHash: "h2", metadata: { m: 1 }, sources: { root: src },
-    });
-    assert.equal(saved.checkpointId, "wfh-9");
-    const plan2 = await wf.resume({ checkpointId: "wfh-9", force: true });
-    assert.equal(plan2?.checkpointId, "wfh-9");
-    await wf.complete({ preserve: true });
     const wf3 = await c.workflow("wf-saga-helper", { initialState: {} });
     await wf3.step("a", 0, (s) => s.validate(0.9, { message: "m", details: { d: 1 } }));
     const good = wf3.lastCheckpointId!;
@@ -443,6 +486,7 @@ describe("the client sends only params the daemon knows", () => {
       [
         ["Client", clientOptions],
         ["Workflow", workflowOptions],
+        ["Claim", claimOptions],
       ],
       daemonMethods().filter((m) => !m.startsWith("lg/") && !m.startsWith("thread/")),
     );

@@ -18,11 +18,14 @@ from ._common import (
     find_binary,
 )
 from .aio import AsyncClient, AsyncStep, AsyncWorkflow
+from .claim import AsyncClaim, Claim
 from .client import Client
 from .errors import (
     BinaryNotFound,
     CheckpointCorrupt,
     CheckpointNotFound,
+    Claimed,
+    ClaimLost,
     CkptdError,
     ClientClosed,
     ClientForked,
@@ -50,6 +53,8 @@ __all__ = [
     "Step",
     "AsyncWorkflow",
     "AsyncStep",
+    "Claim",
+    "AsyncClaim",
     "Checkpoint",
     "ResumePlan",
     "CompensationAction",
@@ -71,6 +76,8 @@ __all__ = [
     "ResumeValidationError",
     "StorageUnavailable",
     "ShuttingDown",
+    "Claimed",
+    "ClaimLost",
     "DaemonDied",
     "BinaryNotFound",
     "ClientClosed",

@@ -304,6 +304,7 @@ def save_params(
     sources: Optional[Any],
     state_type: Optional[str],
     max_state_bytes: Optional[int],
+    fencing_token: Optional[int] = None,
     validation: Optional[Mapping[str, Any]] = None,
 ) -> Tuple[Dict[str, Any], Optional[bytes]]:
     if not isinstance(workflow_id, str):
@@ -324,6 +325,7 @@ def save_params(
         params["metadata"] = dict(metadata)
     if sources is not None:
         params["sources"] = sources_param(sources)
+    put(params, "fencingToken", fencing_token)
     if validation is not None:
         params["validation"] = validation_param(validation)
     attachment: Optional[bytes] = None

@@ -45,9 +45,11 @@ from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Mapping, Opt
 
 from . import _common as C
 from ._common import NO_STATE, Checkpoint, NotificationHandler, ResumePlan, block_signals_in_thread
+from .claim import AsyncClaim
 from .client import ON_FORK_MODES, StderrTail, _getcwd, died_error
 from .errors import (
     CheckpointNotFound,
+    Claimed,
     CkptdError,
     ClientClosed,
     ClientForked,
@@ -971,6 +973,7 @@ class AsyncClient:
         metadata: Optional[Mapping[str, Any]] = None,
         sources: Optional[C.Sources] = None,
         state_type: Optional[str] = None,
+        fencing_token: Optional[int] = None,
         validation: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
         params, att = C.save_params(
@@ -990,6 +993,7 @@ class AsyncClient:
             sources=sources,
             state_type=state_type,
             max_state_bytes=self._max_state_bytes,
+            fencing_token=fencing_token,
             validation=validation,
         )
         result, _ = await self._request("checkpoint/save", params, att)
@@ -1071,17 +1075,20 @@ class AsyncClient:
         result, _ = await self._request("workflow/configure", params)
         return result  # type: ignore[no-any-return]
 
-    async def complete(self, workflow_id: str, *, preserve: bool = False) -> Dict[str, Any]:
+    async def complete(self, workflow_id: str, *, preserve: bool = False, fencing_token: Optional[int] = None) -> Dict[str, Any]:
         params: Dict[str, Any] = {"workflowId": workflow_id}
         if preserve:
             params["preserve"] = True
+        C.put(params, "fencingToken", fencing_token)
         result, _ = await self._request("workflow/complete", params)
         return result  # type: ignore[no-any-return]
 
-    async def workflows(self, *, resumable_only: bool = False) -> List[Dict[str, Any]]:
+    async def workflows(self, *, resumable_only: bool = False, claimable: bool = False) -> List[Dict[str, Any]]:
         params: Dict[str, Any] = {}
         if resumable_only:
             params["resumableOnly"] = True
+        if claimable:
+            params["claimable"] = True
         result, _ = await self._request("workflow/list", params)
         return C.list_result(result, "workflows")
 
@@ -1094,6 +1101,7 @@ class AsyncClient:
         *,
         namespace: Optional[str] = None,
         task_path: Optional[str] = None,
+        fencing_token: Optional[int] = None,
     ) -> Dict[str, Any]:
         params: Dict[str, Any] = {
             "workflowId": workflow_id,
@@ -1103,7 +1111,34 @@ class AsyncClient:
         }
         C.put(params, "namespace", namespace)
         C.put(params, "taskPath", task_path)
+        C.put(params, "fencingToken", fencing_token)
         result, _ = await self._request("writes/put", params)
+        return result  # type: ignore[no-any-return]
+
+    def claim(
+        self,
+        workflow_id: str,
+        owner: Optional[str] = None,
+        lease_seconds: int = 30,
+        *,
+        renew_every: Optional[float] = None,
+    ) -> "AsyncClaim":
+        """The claim helper: ``async with client.claim(workflow_id, owner, lease_seconds) as c:``;
+        renews in a task of the running loop (see :meth:`ckptd.Client.claim`)."""
+        return AsyncClaim(self, workflow_id, owner, lease_seconds, renew_every=renew_every)
+
+    async def claim_workflow(self, workflow_id: str, owner: str, lease_seconds: int) -> Dict[str, Any]:
+        params = {"workflowId": workflow_id, "owner": owner, "leaseSeconds": lease_seconds}
+        result, _ = await self._request("workflow/claim", params)
+        return result  # type: ignore[no-any-return]
+
+    async def renew_claim(self, workflow_id: str, fencing_token: int, lease_seconds: int) -> Dict[str, Any]:
+        params = {"workflowId": workflow_id, "fencingToken": fencing_token, "leaseSeconds": lease_seconds}
+        result, _ = await self._request("workflow/renew", params)
+        return result  # type: ignore[no-any-return]
+
+    async def release_claim(self, workflow_id: str, fencing_token: int) -> Dict[str, Any]:
+        result, _ = await self._request("workflow/release", {"workflowId": workflow_id, "fencingToken": fencing_token})
         return result  # type: ignore[no-any-return]
 
     async def resume_plan(
@@ -1115,6 +1150,7 @@ class AsyncClient:
         workflow_hash: Optional[str] = None,
         force: bool = False,
         drift_as_warning: bool = False,
+        sources_root: Optional[str] = None,
         rollback: bool = False,
         to_checkpoint_id: Optional[str] = None,
     ) -> ResumePlan:
@@ -1126,6 +1162,8 @@ class AsyncClient:
             params["force"] = True
         if drift_as_warning:
             params["driftAsWarning"] = True
+        if sources_root is not None:
+            params["sourcesRoot"] = os.path.abspath(os.fspath(sources_root))
         if rollback:
             params["rollback"] = True
         C.put(params, "toCheckpointId", to_checkpoint_id)
@@ -1137,9 +1175,16 @@ class AsyncClient:
         return result  # type: ignore[no-any-return]
 
     async def drift_status(
-        self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None, namespace: Optional[str] = None
+        self,
+        *,
+        workflow_id: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        namespace: Optional[str] = None,
+        sources_root: Optional[str] = None,
     ) -> Dict[str, Any]:
         params = C.target_params(checkpoint_id, workflow_id, "drift_status", namespace)
+        if sources_root is not None:
+            params["sourcesRoot"] = os.path.abspath(os.fspath(sources_root))
         result, _ = await self._request("drift/status", params)
         return result  # type: ignore[no-any-return]
 
@@ -1227,6 +1272,8 @@ class AsyncClient:
         force: bool = False,
         metadata: Optional[Mapping[str, Any]] = None,
         drift_as_warning: bool = False,
+        claim: Optional["AsyncClaim"] = None,
+        sources_root: Optional[str] = None,
     ) -> "AsyncWorkflow":
         """The async workflow helper: ``async with client.workflow(...) as wf``."""
         return AsyncWorkflow(
@@ -1242,6 +1289,8 @@ class AsyncClient:
             force=force,
             metadata=metadata,
             drift_as_warning=drift_as_warning,
+            claim=claim,
+            sources_root=sources_root,
         )
 
 
@@ -1265,7 +1314,11 @@ class AsyncWorkflow(_WorkflowBase):
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         if exc_type is None and self.complete_on_exit:
-            await self.client.complete(self.workflow_id, preserve=self.preserve_on_complete)
+            try:
+                await self.client.complete(self.workflow_id, preserve=self.preserve_on_complete, fencing_token=self._token())
+            except Claimed as e:
+                self._refused(e)
+                raise
 
     async def resume(self) -> Optional[ResumePlan]:
         try:
@@ -1343,7 +1396,8 @@ class AsyncStep(_StepBase):
             self.before = await wf.client.save(wf.workflow_id, **wf._save_kwargs(self, "before_step", _INPUT, None))
             if self.before.get("checkpointId"):
                 wf.last_checkpoint_id = self.before["checkpointId"]
-        except BaseException:
+        except BaseException as e:
+            self.workflow._refused(e)
             self._remove_sigterm()
             raise
         return self
@@ -1398,6 +1452,7 @@ class AsyncStep(_StepBase):
             try:
                 result = await wf.client.save(wf.workflow_id, **wf._save_kwargs(self, phase, state, error))
             except BaseException as save_err:
+                wf._refused(save_err)
                 if exc_type is None:
                     raise
                 log.warning("could not save the %s checkpoint of step %d (%s): %s", phase, self.index, self.name, save_err)

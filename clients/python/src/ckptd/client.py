@@ -33,6 +33,7 @@ from typing import (
 
 from . import _common as C
 from ._common import NO_STATE, Checkpoint, NotificationHandler, ResumePlan, block_signals_in_thread, deferred_signals
+from .claim import Claim
 from .errors import (
     CkptdError,
     ClientClosed,
@@ -928,6 +929,7 @@ class Client:
         metadata: Optional[Mapping[str, Any]] = None,
         sources: Optional[C.Sources] = None,
         state_type: Optional[str] = None,
+        fencing_token: Optional[int] = None,
         validation: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
         """``checkpoint/save``. ``state`` travels as the frame's attachment: bytes-like states as
@@ -951,6 +953,7 @@ class Client:
             sources=sources,
             state_type=state_type,
             max_state_bytes=self._max_state_bytes,
+            fencing_token=fencing_token,
             validation=validation,
         )
         result, _ = self._request("checkpoint/save", params, att)
@@ -1048,19 +1051,22 @@ class Client:
         result, _ = self._request("workflow/configure", params)
         return result  # type: ignore[no-any-return]
 
-    def complete(self, workflow_id: str, *, preserve: bool = False) -> Dict[str, Any]:
+    def complete(self, workflow_id: str, *, preserve: bool = False, fencing_token: Optional[int] = None) -> Dict[str, Any]:
         """``workflow/complete``: no longer resumable; checkpoints deleted unless ``preserve``."""
         params: Dict[str, Any] = {"workflowId": workflow_id}
         if preserve:
             params["preserve"] = True
+        C.put(params, "fencingToken", fencing_token)
         result, _ = self._request("workflow/complete", params)
         return result  # type: ignore[no-any-return]
 
-    def workflows(self, *, resumable_only: bool = False) -> List[Dict[str, Any]]:
+    def workflows(self, *, resumable_only: bool = False, claimable: bool = False) -> List[Dict[str, Any]]:
         """``workflow/list``: ``[{workflowId, count, latest, resumable, completed, updatedAt, storedBytes}]``."""
         params: Dict[str, Any] = {}
         if resumable_only:
             params["resumableOnly"] = True
+        if claimable:
+            params["claimable"] = True
         result, _ = self._request("workflow/list", params)
         return C.list_result(result, "workflows")
 
@@ -1073,6 +1079,7 @@ class Client:
         *,
         namespace: Optional[str] = None,
         task_path: Optional[str] = None,
+        fencing_token: Optional[int] = None,
     ) -> Dict[str, Any]:
         """``writes/put``: pending writes of a task; each write is a dict ``{channel, value, idx?,
         type?}`` or a ``(channel, value[, idx])`` tuple (bytes values go base64). Returns ``{stored}``."""
@@ -1084,7 +1091,45 @@ class Client:
         }
         C.put(params, "namespace", namespace)
         C.put(params, "taskPath", task_path)
+        C.put(params, "fencingToken", fencing_token)
         result, _ = self._request("writes/put", params)
+        return result  # type: ignore[no-any-return]
+
+    # -----------------------------------------------------------------------------------------
+    # Claims
+
+    def claim(
+        self,
+        workflow_id: str,
+        owner: Optional[str] = None,
+        lease_seconds: int = 30,
+        *,
+        renew_every: Optional[float] = None,
+    ) -> "Claim":
+        """A claim helper: ``with client.claim(workflow_id, owner, lease_seconds) as c:`` claims the
+        workflow (raises :class:`Claimed` while another worker's claim is live), renews the lease
+        on a background thread every ``renew_every`` seconds (default: a third of the lease) while
+        the block runs, and releases it at the end; ``c.fencing_token`` is the claim's token, and
+        ``client.workflow(..., claim=c)`` sends it with every save. A lost lease raises
+        :class:`ClaimLost` (see :mod:`ckptd.claim`). ``owner`` defaults to ``host:pid``."""
+        return Claim(self, workflow_id, owner, lease_seconds, renew_every=renew_every)
+
+    def claim_workflow(self, workflow_id: str, owner: str, lease_seconds: int) -> Dict[str, Any]:
+        """``workflow/claim``: returns ``{workflowId, owner, expiresAt, fencingToken}``; raises
+        :class:`Claimed` (``.owner``, ``.expires_at``) while another worker's claim is live."""
+        params = {"workflowId": workflow_id, "owner": owner, "leaseSeconds": lease_seconds}
+        result, _ = self._request("workflow/claim", params)
+        return result  # type: ignore[no-any-return]
+
+    def renew_claim(self, workflow_id: str, fencing_token: int, lease_seconds: int) -> Dict[str, Any]:
+        """``workflow/renew``: extends the lease of the claim holding ``fencing_token``."""
+        params = {"workflowId": workflow_id, "fencingToken": fencing_token, "leaseSeconds": lease_seconds}
+        result, _ = self._request("workflow/renew", params)
+        return result  # type: ignore[no-any-return]
+
+    def release_claim(self, workflow_id: str, fencing_token: int) -> Dict[str, Any]:
+        """``workflow/release``: returns ``{workflowId, fencingToken, released}``."""
+        result, _ = self._request("workflow/release", {"workflowId": workflow_id, "fencingToken": fencing_token})
         return result  # type: ignore[no-any-return]
 
     def resume_plan(
@@ -1096,6 +1141,7 @@ class Client:
         workflow_hash: Optional[str] = None,
         force: bool = False,
         drift_as_warning: bool = False,
+        sources_root: Optional[str] = None,
         rollback: bool = False,
         to_checkpoint_id: Optional[str] = None,
     ) -> ResumePlan:
@@ -1113,6 +1159,8 @@ class Client:
             params["force"] = True
         if drift_as_warning:
             params["driftAsWarning"] = True
+        if sources_root is not None:
+            params["sourcesRoot"] = os.path.abspath(os.fspath(sources_root))
         if rollback:
             params["rollback"] = True
         C.put(params, "toCheckpointId", to_checkpoint_id)
@@ -1128,12 +1176,19 @@ class Client:
     # Drift
 
     def drift_status(
-        self, *, workflow_id: Optional[str] = None, checkpoint_id: Optional[str] = None, namespace: Optional[str] = None
+        self,
+        *,
+        workflow_id: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        namespace: Optional[str] = None,
+        sources_root: Optional[str] = None,
     ) -> Dict[str, Any]:
         """``drift/status``: ``{drifted, changed, added, deleted: [{path, oldSize, newSize, oldHash,
         newHash}], filesChecked, elapsedMs, checkpointId, ...}`` for the sources recorded with a
         workflow's latest checkpoint (in ``namespace``, default ``""``) or a given checkpoint."""
         params = C.target_params(checkpoint_id, workflow_id, "drift_status", namespace)
+        if sources_root is not None:
+            params["sourcesRoot"] = os.path.abspath(os.fspath(sources_root))
         result, _ = self._request("drift/status", params)
         return result  # type: ignore[no-any-return]
 
@@ -1237,6 +1292,8 @@ class Client:
         force: bool = False,
         metadata: Optional[Mapping[str, Any]] = None,
         drift_as_warning: bool = False,
+        claim: Optional["Claim"] = None,
+        sources_root: Optional[str] = None,
     ) -> "Workflow":
         """A step-by-step checkpointing helper; see :class:`ckptd.workflow.Workflow`."""
         from .workflow import Workflow
@@ -1254,4 +1311,6 @@ class Client:
             force=force,
             metadata=metadata,
             drift_as_warning=drift_as_warning,
+            claim=claim,
+            sources_root=sources_root,
         )

@@ -23,6 +23,8 @@ __all__ = [
     "ResumeValidationError",
     "StorageUnavailable",
     "ShuttingDown",
+    "Claimed",
+    "ClaimLost",
     "DaemonDied",
     "BinaryNotFound",
     "ClientClosed",
@@ -119,6 +121,44 @@ class StorageUnavailable(CkptdError):
 
 class ShuttingDown(CkptdError):
     """-32007: the request arrived after ``shutdown``."""
+
+
+class Claimed(CkptdError):
+    """-32008: the workflow's claim refused the call: another worker's live claim refused
+    ``workflow/claim``, or a write (or renewal) carried a fencing token that is no longer the
+    workflow's (it was claimed again since, or released), or none while the claim is live.
+    ``data``: ``{workflowId, owner, expiresAt, reason}``, the claim as the daemon saw it
+    (``owner`` and ``expiresAt`` are ``None`` when nobody holds it)."""
+
+    def _field(self, key: str) -> Any:
+        return self.data.get(key) if isinstance(self.data, dict) else None
+
+    @property
+    def workflow_id(self) -> Optional[str]:
+        return self._field("workflowId")  # type: ignore[no-any-return]
+
+    @property
+    def owner(self) -> Optional[str]:
+        """Who holds the claim now (``None``: nobody)."""
+        return self._field("owner")  # type: ignore[no-any-return]
+
+    @property
+    def expires_at(self) -> Optional[str]:
+        """When the holder's lease ends, by the database's clock (for people: do not compare it
+        with this machine's clock)."""
+        return self._field("expiresAt")  # type: ignore[no-any-return]
+
+    @property
+    def reason(self) -> Optional[str]:
+        return self._field("reason")  # type: ignore[no-any-return]
+
+
+class ClaimLost(Claimed):
+    """A claim helper (``client.claim(...)``) lost its claim while the block ran: a renewal was
+    refused (``code`` -32008 and the daemon's ``data``: another worker took the workflow over), or
+    no renewal got through before the lease ran out (``code`` ``None``; ``data`` says the same
+    fields as far as this client knows them, the cause is chained). Saves made with the claim's
+    token after another worker took over are refused too (as :class:`Claimed`)."""
 
 
 class DaemonDied(CkptdError):
@@ -236,6 +276,7 @@ _BY_CODE: Dict[int, Type[CkptdError]] = {
     -32005: ResumeValidationError,
     -32006: StorageUnavailable,
     -32007: ShuttingDown,
+    -32008: Claimed,
 }
 
 

@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from . import _common as C
 from ._common import CompensationAction, ResumePlan, deferred_signals, in_main_thread
-from .errors import CheckpointNotFound, Interrupted
+from .errors import CheckpointNotFound, Claimed, Interrupted
 
 if TYPE_CHECKING:
+    from .claim import _ClaimBase
     from .client import Client
 
 __all__ = ["Workflow", "Step", "RollbackFailed", "install_sigterm", "restore_sigterm"]
@@ -108,8 +109,18 @@ class _WorkflowBase:
         force: bool = False,
         metadata: Optional[Mapping[str, Any]] = None,
         drift_as_warning: bool = False,
+        claim: Optional["_ClaimBase"] = None,
+        sources_root: Optional[str] = None,
     ) -> None:
+        if claim is not None and claim.workflow_id != workflow_id:
+            raise ValueError("the claim is on workflow %r, not %r" % (claim.workflow_id, workflow_id))
         self.workflow_id = workflow_id
+        #: The claim the helper works under (``client.claim(...)``): every save and the completion
+        #: carry its fencing token, so a worker that lost the workflow stores nothing more.
+        self.claim = claim
+        #: Compare the recorded sources with the same tree checked out here (another machine's
+        #: checkout) when planning the resume.
+        self.sources_root = sources_root
         self.workflow_hash = workflow_hash
         #: Source paths (or drift spec dicts) recorded with each checkpoint for drift detection;
         #: sent only to daemons that report the ``drift`` capability.
@@ -186,7 +197,20 @@ class _WorkflowBase:
 
     def _plan_params(self) -> Dict[str, Any]:
         return dict(namespace=self.namespace or None, workflow_hash=self.workflow_hash, force=self.force,
-                    drift_as_warning=self.drift_as_warning)
+                    drift_as_warning=self.drift_as_warning, sources_root=self.sources_root)
+
+    def _token(self) -> Optional[int]:
+        """The claim's fencing token (``None`` without a claim); raises :class:`ClaimLost` once the
+        claim is known lost, before anything is sent."""
+        if self.claim is None:
+            return None
+        self.claim.check()
+        return self.claim.fencing_token
+
+    def _refused(self, err: BaseException) -> None:
+        """A write was refused: if by the claim (-32008), the claim is lost."""
+        if self.claim is not None and isinstance(err, Claimed):
+            self.claim._note_refusal(err)
 
     def _save_kwargs(self, step: "_StepBase", phase: str, state: Any, error: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         kw: Dict[str, Any] = dict(
@@ -201,6 +225,7 @@ class _WorkflowBase:
             workflow_hash=self.workflow_hash,
             metadata=step.metadata if step.metadata is not None else self.metadata,
             sources=self.sources if self._drift_capable() else None,
+            fencing_token=self._token(),
         )
         if phase == "completed" and step._validation is not None:
             kw["validation"] = step._validation
@@ -359,7 +384,11 @@ class Workflow(_WorkflowBase):
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         if exc_type is None and self.complete_on_exit:
-            self.client.complete(self.workflow_id, preserve=self.preserve_on_complete)
+            try:
+                self.client.complete(self.workflow_id, preserve=self.preserve_on_complete, fencing_token=self._token())
+            except Claimed as e:
+                self._refused(e)
+                raise
 
     def resume(self) -> Optional[ResumePlan]:
         """Asks ``resume/plan`` where to start (``None`` for a workflow with no checkpoint) and
@@ -443,7 +472,8 @@ class Step(_StepBase):
             self.before = wf.client.save(wf.workflow_id, **wf._save_kwargs(self, "before_step", _INPUT, None))
             if self.before.get("checkpointId"):
                 wf.last_checkpoint_id = self.before["checkpointId"]
-        except BaseException:
+        except BaseException as e:
+            self.workflow._refused(e)
             restore_sigterm(self._sigterm)
             raise
         return self
@@ -460,6 +490,7 @@ class Step(_StepBase):
                 try:
                     result = wf.client.save(wf.workflow_id, **wf._save_kwargs(self, phase, state, error))
                 except BaseException as save_err:
+                    wf._refused(save_err)
                     if exc_type is None:
                         raise
                     log.warning("could not save the %s checkpoint of step %d (%s): %s", phase, self.index, self.name, save_err)
