@@ -165,6 +165,12 @@ func runContender(t *testing.T, db string, p int, d time.Duration) contentionRes
 			time.Sleep(3 * time.Millisecond)
 		}
 	}
+	// Wait for the replies before closing stdin, as a client that wants its answers does: at
+	// the end of input the daemon gives what it has read a second, then cancels what has not
+	// started (-32007), which under -race and four writers can be a queued save or two.
+	for wait := time.Now().Add(60 * time.Second); len(window) > 0 && time.Now().Before(wait); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	_ = stdin.Close()
 	require.NoError(t, waitExit(cmd, 60*time.Second))
 	<-done
