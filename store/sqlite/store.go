@@ -69,13 +69,9 @@ type Store struct {
 	// wcache holds the writer connection's other prepared statements by SQL text (wtx.wstmt);
 	// writer goroutine only.
 	wcache map[string]*sql.Stmt
-	rdb    *sql.DB // query_only read pool
-	rmu    sync.Mutex
-	rstmt  map[string]*sql.Stmt // prepared read statements (per connection inside database/sql)
-	// rpreparing: statements being prepared in the background; rclosed: the pool is closing.
-	rpreparing map[string]bool
-	rclosed    bool
-	cdb        *sql.DB // WAL checkpointer connection
+	rdb    *sql.DB   // query_only connections, pinned by rpool
+	rpool  *readPool // the read path (readpool.go)
+	cdb    *sql.DB   // WAL checkpointer connection
 
 	mu       sync.Mutex
 	queue    []*job
@@ -365,10 +361,12 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	if s.rdb, err = sql.Open("sqlite", rdsn); err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
-	s.rdb.SetMaxOpenConns(readPoolSize)
-	s.rdb.SetMaxIdleConns(readPoolSize)
+	// rpool pins up to readPoolSize connections; one more serves tests and diagnostics.
+	s.rdb.SetMaxOpenConns(readPoolSize + 1)
+	s.rdb.SetMaxIdleConns(readPoolSize + 1)
 	s.rdb.SetConnMaxLifetime(0)
 	s.rdb.SetConnMaxIdleTime(0)
+	s.rpool = newReadPool(s.rdb, readPoolSize)
 
 	cdsn := s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)"}, "")
 	if s.cdb, err = sql.Open("sqlite", cdsn); err != nil {
@@ -388,13 +386,9 @@ func (s *Store) closeConns() {
 	if s.wconn != nil {
 		_ = s.wconn.Close()
 	}
-	s.rmu.Lock()
-	for _, st := range s.rstmt {
-		_ = st.Close()
+	if s.rpool != nil {
+		s.rpool.close()
 	}
-	s.rstmt = nil
-	s.rclosed = true
-	s.rmu.Unlock()
 	for _, db := range []*sql.DB{s.rdb, s.cdb, s.wdb} {
 		if db != nil {
 			_ = db.Close()
