@@ -53,6 +53,7 @@ type Manifests interface {
 type Store interface {
 	Checkpoints
 	Manifests
+	Saga // validation checkpoints and the compensation log (engine/saga.go)
 }
 
 // Engine runs the use cases over one store. It keeps the newest-manifest cache and the drift

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/resume"
+	"github.com/ckptd/ckptd/saga"
 	"github.com/ckptd/ckptd/store"
 )
 
@@ -28,6 +29,12 @@ type ResumePlan struct {
 	// Drift is the drift status of the checkpoint's recorded sources, if sources were recorded
 	// with it and could be checked.
 	Drift *protocol.DriftStatus
+	// Validation is the checkpoint's stored validation with its recommendation, if it has one.
+	Validation *protocol.ValidationResult
+	// Rollback lists the compensations to run before resuming: asked for (Rollback), or the
+	// unfinished rollback of the workflow and namespace. With a full rollback Checkpoint is nil
+	// and the plan starts from scratch.
+	Rollback *RollbackView
 }
 
 // Blocked reports whether a problem blocks the resume: any problem does, unless force is set
@@ -41,17 +48,60 @@ func (p ResumePlan) Blocked(force bool) bool {
 // decides (resume.Decide). Errors: store.ErrNotFound (no such checkpoint, or no checkpoints at
 // all), *WrongWorkflowError, and storage errors.
 func (e *Engine) PlanResume(ctx context.Context, req ResumeRequest) (ResumePlan, error) {
+	var view *RollbackView
+	if req.Rollback || req.ToCheckpointID != "" { // plan from the rollback's target (engine/saga.go)
+		v, err := e.PreviewRollback(ctx, req.WorkflowID, req.Namespace, saga.Request{ToCheckpointID: req.ToCheckpointID})
+		if err != nil {
+			return ResumePlan{}, err
+		}
+		view = &v
+		if v.Rollback.Full() {
+			return e.fullRollbackPlan(ctx, req, view)
+		}
+		req.CheckpointID = v.Rollback.ToCheckpointID
+	}
 	g, err := gather(ctx, e.store, req)
 	if err != nil {
 		return ResumePlan{}, err
 	}
 	in, cp := g.Input, g.Checkpoint
-	rp := ResumePlan{Checkpoint: cp, Corrupt: g.Input.Corrupt}
+	rp := ResumePlan{Checkpoint: cp, Corrupt: g.Input.Corrupt, Rollback: view}
 	if cp != nil { // sources recorded with the checkpoint: drift is a problem (engine/drift.go)
 		rp.Drift, in.Drift = e.planDrift(ctx, cp.CheckpointID)
 		in.DriftAsWarning = req.DriftAsWarning
+		if rp.Validation, err = e.ValidationOf(ctx, cp.Summary); err != nil {
+			return ResumePlan{}, err
+		}
+	}
+	if view == nil { // an unfinished rollback is reported with every plan
+		u, err := e.unfinishedRollback(ctx, req.WorkflowID, req.Namespace)
+		if err != nil {
+			return ResumePlan{}, err
+		}
+		if u != nil {
+			v := RollbackView{Rollback: *u, Unfinished: true}
+			if err := e.fillActions(ctx, &v); err != nil {
+				return ResumePlan{}, err
+			}
+			rp.Rollback = &v
+		}
 	}
 	rp.Plan, rp.Problems, rp.Warnings = resume.Decide(in)
+	return rp, nil
+}
+
+// fullRollbackPlan is the plan after a full rollback: no checkpoint, start from scratch once
+// the compensations ran. A completed workflow is still a problem.
+func (e *Engine) fullRollbackPlan(ctx context.Context, req ResumeRequest, view *RollbackView) (ResumePlan, error) {
+	completed, err := e.store.IsCompleted(ctx, req.WorkflowID)
+	if err != nil {
+		return ResumePlan{}, err
+	}
+	rp := ResumePlan{Rollback: view, Plan: resume.Plan{StartStep: 0,
+		Reason: "full rollback: no checkpoint whose validation did not fail; run the compensations, then start from the beginning"}}
+	if completed {
+		rp.Problems = append(rp.Problems, resume.Problem{Code: resume.CodeWorkflowCompleted, Message: "the workflow was marked completed"})
+	}
 	return rp, nil
 }
 
@@ -63,6 +113,11 @@ type ResumeRequest struct {
 	WorkflowHash string // the caller's workflow hash; empty: not compared
 	// DriftAsWarning reports drift of the recorded sources as a warning, not a problem.
 	DriftAsWarning bool
+	// Rollback plans from the target of a rollback (ToCheckpointID, else the unfinished
+	// rollback's, else the newest checkpoint whose validation did not fail; none: a full
+	// rollback) and lists the compensations to run first.
+	Rollback       bool
+	ToCheckpointID string
 }
 
 // gathered is the input for Decide plus the checkpoint it was built from.

@@ -74,6 +74,9 @@ func (e *Engine) fingerprint(ctx context.Context, req *store.SaveRequest, spec *
 	if prev == nil {
 		var err error
 		if prev, err = e.manifests.latest(ctx, e.store, req.WorkflowID, spec.Root); err != nil {
+			if ctx.Err() != nil { // cancelled: no scan, nothing queued
+				return nil, ctx.Err()
+			}
 			e.log.Warn("cannot read the previous source manifest; scanning from scratch", "workflowId", req.WorkflowID, "error", err)
 			prev = nil
 		}

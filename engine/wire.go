@@ -41,7 +41,17 @@ func SummaryOf(sm store.Summary) protocol.Summary {
 	if len(out.Metadata) == 0 {
 		out.Metadata = json.RawMessage("{}")
 	}
+	out.Validation = ValidationInfoOf(sm.Validation)
 	return out
+}
+
+// ValidationInfoOf renders a checkpoint's stored validation (nil: none).
+func ValidationInfoOf(v *store.Validation) *protocol.ValidationInfo {
+	if v == nil {
+		return nil
+	}
+	return &protocol.ValidationInfo{Status: v.Status, Confidence: v.Confidence,
+		Thresholds: protocol.ValidationThresholds{Min: v.Min, Warning: v.Warning}, Message: v.Message, Details: v.Details}
 }
 
 // WorkflowInfoOf renders a store workflow in the protocol's shape (workflow/list, CLI --json).

@@ -108,6 +108,8 @@ type SaveParams struct {
 	WorkflowHash    string          `json:"workflowHash"`
 	Metadata        json.RawMessage `json:"metadata"`
 	Sources         json.RawMessage `json:"sources"` // drift.Spec: fingerprinted with the checkpoint (engine.Save)
+	// Validation is the step's score of its result, classified against the workflow's rules.
+	Validation *ValidationParams `json:"validation"`
 }
 
 // SaveResult answers checkpoint/save.
@@ -121,6 +123,8 @@ type SaveResult struct {
 	Deduplicated bool   `json:"deduplicated"`
 	// Sources describes the source fingerprint recorded with the checkpoint, if any.
 	Sources *SourcesInfo `json:"sources,omitempty"`
+	// Validation is the classification of the save's validation param, if it had one.
+	Validation *ValidationResult `json:"validation,omitempty"`
 }
 
 // LoadParams are checkpoint/load's params.
@@ -151,6 +155,8 @@ type Summary struct {
 	SHA256             string          `json:"sha256"`
 	CompletedTaskCount int             `json:"completedTaskCount"`
 	PendingTaskCount   int             `json:"pendingTaskCount"`
+	// Validation is the validation saved with the checkpoint, if any.
+	Validation *ValidationInfo `json:"validation,omitempty"`
 }
 
 // PendingWrite is one stored write of a task.
@@ -190,6 +196,7 @@ type ListParams struct {
 	Metadata   map[string]json.RawMessage `json:"metadata"`
 	Before     string                     `json:"before"`
 	Limit      *int                       `json:"limit"`
+	Validation string                     `json:"validation"` // passed | warning | failed
 }
 
 // ListResult answers checkpoint/list.
@@ -236,6 +243,10 @@ type ConfigureParams struct {
 	WorkflowID string          `json:"workflowId"`
 	Retention  *Retention      `json:"retention"`
 	Sources    json.RawMessage `json:"sources"` // drift.Spec fingerprinted by every save; null removes it
+	// Validation replaces the workflow's validation rules ({}: the defaults).
+	Validation *ValidationConfig `json:"validation"`
+	// Compensation replaces the workflow's compensation rules.
+	Compensation *CompensationConfig `json:"compensation"`
 }
 
 // EffectiveRetention is the policy in force, every field present.
@@ -251,6 +262,10 @@ type ConfigureResult struct {
 	WorkflowID string             `json:"workflowId"`
 	Retention  EffectiveRetention `json:"retention"`
 	Sources    json.RawMessage    `json:"sources,omitempty"` // the configured sources, if any
+	// Validation is the validation config in force, once one was configured.
+	Validation *EffectiveValidation `json:"validation,omitempty"`
+	// Compensation is the compensation config, once one was configured.
+	Compensation *CompensationConfig `json:"compensation,omitempty"`
 }
 
 // CompleteParams are workflow/complete's params.
@@ -319,6 +334,10 @@ type ResumePlanParams struct {
 	Force          bool   `json:"force"`
 	Attachment     bool   `json:"attachment"`
 	DriftAsWarning bool   `json:"driftAsWarning"`
+	// Rollback plans from the newest checkpoint whose validation did not fail (or
+	// ToCheckpointID) and lists the compensations to run first.
+	Rollback       bool   `json:"rollback"`
+	ToCheckpointID string `json:"toCheckpointId"`
 }
 
 // ResumePlanResult answers resume/plan.
@@ -340,6 +359,11 @@ type ResumePlanResult struct {
 	Warnings        []resume.Problem `json:"warnings"`
 	RecoveredFrom   []Recovered      `json:"recoveredFrom,omitempty"`
 	Drift           *DriftStatus     `json:"drift,omitempty"` // when sources were recorded with the checkpoint
+	// Validation is the validation saved with the checkpoint, with its recommendation.
+	Validation *ValidationResult `json:"validation,omitempty"`
+	// Rollback lists the compensations to run before resuming: with rollback: true, or while
+	// a rollback of the workflow and namespace is unfinished.
+	Rollback *ResumeRollback `json:"rollback,omitempty"`
 }
 
 // LatencyStats summarises one operation's latency.

@@ -85,8 +85,14 @@ func maxLen(field string, n, max int) *jsonrpc2.Error {
 	return nil
 }
 
-// saveRequest validates checkpoint/save params and the frame's attachment.
-func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
+// saveRequest validates checkpoint/save params and the frame's attachment; validation is the
+// save's validation param (rpc/compensation.go), if any.
+func (s *Server) saveRequest(c *call) (req store.SaveRequest, validation *engine.ValidationInput, perr *jsonrpc2.Error) {
+	req, perr = s.saveParams(c, &validation)
+	return req, validation, perr
+}
+
+func (s *Server) saveParams(c *call, validation **engine.ValidationInput) (store.SaveRequest, *jsonrpc2.Error) {
 	// state and stateBase64 are not decoded into the struct (that would copy a state of up to
 	// --max-state-size): the raw values are sub-slices of the frame body.
 	var p struct {
@@ -104,6 +110,10 @@ func (s *Server) saveRequest(c *call) (store.SaveRequest, *jsonrpc2.Error) {
 	c.sources = p.Sources
 	if err := requireID("workflowId", *p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return store.SaveRequest{}, err
+	}
+	var verr *jsonrpc2.Error
+	if *validation, verr = validationInput(p.Validation); verr != nil {
+		return store.SaveRequest{}, verr
 	}
 	req := store.SaveRequest{
 		WorkflowID:   *p.WorkflowID,
@@ -286,7 +296,7 @@ const concurrentCheckMin = 32 << 10
 
 func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	start := time.Now()
-	req, perr := s.saveRequest(c)
+	req, validation, perr := s.saveRequest(c)
 	if perr != nil {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
@@ -299,14 +309,15 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
 	}
-	res, sourcesInfo, err := s.engine.Save(ctx, req, sources, c.release)
+	saved, err := s.engine.SaveStep(ctx, req, sources, validation, c.release)
 	if err != nil {
 		s.metrics.failures.Add(1)
 		if errors.Is(err, store.ErrConflict) {
 			return reply{}, rpcError(protocol.CodeConflict, err.Error(), map[string]string{"checkpointId": req.CheckpointID})
 		}
-		return reply{}, engineError(err)
+		return reply{}, sagaError(err)
 	}
+	res := saved.Result
 	s.metrics.saves.Add(1)
 	s.metrics.bytesIn.Add(int64(len(req.State)))
 	if res.Deduplicated {
@@ -327,7 +338,8 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		StoredBytes:  res.StoredBytes,
 		SHA256:       res.SHA256,
 		Deduplicated: res.Deduplicated,
-		Sources:      sourcesInfo,
+		Sources:      saved.Sources,
+		Validation:   saved.Validation,
 	}}, nil
 }
 
@@ -424,9 +436,13 @@ func (s *Server) list(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	f := store.ListFilter{WorkflowID: p.WorkflowID, Namespace: p.Namespace, Phase: store.Phase(p.Phase), Metadata: p.Metadata, Before: p.Before, Limit: defaultListLimit}
+	f := store.ListFilter{WorkflowID: p.WorkflowID, Namespace: p.Namespace, Phase: store.Phase(p.Phase), Metadata: p.Metadata, Before: p.Before, Limit: defaultListLimit,
+		Validation: p.Validation}
 	if p.Phase != "" && !f.Phase.Valid() {
 		return reply{}, invalidParams("phase", fmt.Sprintf("%q is not one of before_step, completed, failed, interrupted", p.Phase))
+	}
+	if p.Validation != "" && !store.ValidationStatusValid(p.Validation) {
+		return reply{}, invalidParams("validation", fmt.Sprintf("%q is not one of passed, warning, failed", p.Validation))
 	}
 	if p.Limit != nil {
 		if *p.Limit < 1 || *p.Limit > maxListLimit {

@@ -248,6 +248,13 @@ var scopeRules = map[string]scopeRule{
 	"thread/delete":      {field: "threadId", prefix: "t:", required: true},
 	"thread/copy":        {fields: []string{"sourceThreadId", "targetThreadId"}, prefix: "t:"},
 	"thread/prune":       {list: "threadIds", prefix: "t:"},
+	// The compensation log (rpc/compensation.go). compensation/done and rollback/complete name
+	// only a compensation or a rollback: global, which orders them after every earlier mutation
+	// of their workflow too.
+	"compensation/register": {field: "workflowId", prefix: "w:", required: true},
+	"rollback/plan":         {field: "workflowId", prefix: "w:", required: true},
+	"compensation/done":     {kind: scopeGlobal},
+	"rollback/complete":     {kind: scopeGlobal},
 }
 
 // lookupTimeout bounds the database read that finds the workflow of a checkpoint named by id.

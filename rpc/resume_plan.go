@@ -20,17 +20,32 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if err := requireID("workflowId", p.WorkflowID, maxWorkflowIDBytes); err != nil {
 		return reply{}, err
 	}
+	if err := optionalID("toCheckpointId", p.ToCheckpointID, maxCheckpointIDBytes); err != nil {
+		return reply{}, err
+	}
+	if p.CheckpointID != "" && (p.Rollback || p.ToCheckpointID != "") {
+		return reply{}, invalidParams("checkpointId", "a rollback plan starts from its target: give toCheckpointId, not checkpointId")
+	}
 	rp, err := s.engine.PlanResume(ctx, engine.ResumeRequest{
 		WorkflowID:     p.WorkflowID,
 		Namespace:      p.Namespace,
 		CheckpointID:   p.CheckpointID,
 		WorkflowHash:   p.WorkflowHash,
 		DriftAsWarning: p.DriftAsWarning,
+		Rollback:       p.Rollback,
+		ToCheckpointID: p.ToCheckpointID,
 	})
 	var ww *engine.WrongWorkflowError
+	var me *engine.MissingError
 	switch {
+	case errors.As(err, &ww) && p.ToCheckpointID != "":
+		return reply{}, invalidParams("toCheckpointId", "belongs to workflow "+quote(ww.WorkflowID)+", not "+quote(p.WorkflowID))
 	case errors.As(err, &ww):
 		return reply{}, invalidParams("checkpointId", "belongs to workflow "+quote(ww.WorkflowID)+", not "+quote(p.WorkflowID))
+	case errors.As(err, &me):
+		return reply{}, sagaError(err)
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return reply{}, sagaError(err)
 	case err != nil:
 		return reply{}, storeErrorWith(err, "workflowId", p.WorkflowID)
 	}
@@ -54,6 +69,13 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		warnings = []resume.Problem{}
 	}
 	var r reply
+	if rp.Checkpoint == nil { // a full rollback: start from scratch once the compensations ran
+		r.rawFields = append(r.rawFields, rawField{"state", nil})
+		r.result = protocol.ResumePlanResult{WorkflowID: p.WorkflowID, Namespace: p.Namespace, StartStep: rp.Plan.StartStep,
+			Reason: rp.Plan.Reason, CompletedTasks: orEmptyArray(nil), PendingTasks: orEmptyArray(nil),
+			StateType: string(store.StateNone), Warnings: warnings, Rollback: resumeRollback(rp.Rollback)}
+		return r, nil
+	}
 	cp := rp.Checkpoint
 	res := protocol.ResumePlanResult{
 		CheckpointID:   cp.CheckpointID,
@@ -71,6 +93,8 @@ func (s *Server) resumePlan(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 		Warnings:       warnings,
 		RecoveredFrom:  engine.RecoveredOf(cp.RecoveredFrom),
 		Drift:          rp.Drift,
+		Validation:     rp.Validation,
+		Rollback:       resumeRollback(rp.Rollback),
 	}
 	res.StateBase64, res.StateAttachment = stateReply(&r, cp.StateType, cp.State, p.Attachment)
 	r.result = res

@@ -191,6 +191,9 @@ func New(st store.Backend, opts Options) *Server {
 	for name, m := range s.langGraphMethods() { // lg/*, thread/*: rpc/langgraph.go
 		s.methods[name] = m
 	}
+	for name, m := range s.compensationMethods() { // compensation/*, rollback/*: rpc/compensation.go
+		s.methods[name] = m
+	}
 	names := make([]string, 0, len(s.methods))
 	for name := range s.methods {
 		names = append(names, name)

@@ -29,8 +29,9 @@ type strictMethod struct {
 	att    string         // the base call's attachment ("" : none)
 	// changes: the base call changes what list/load show (a mutation that does something).
 	changes bool
-	// setup runs on the fixture before anything else (e.g. drift/unwatch needs a watch).
-	setup func(c *lgConn)
+	// setup runs on the fixture before anything else (e.g. drift/unwatch needs a watch); ids it
+	// returns replace "$name" strings of base (ids the server makes).
+	setup func(c *lgConn) map[string]string
 }
 
 // strictMethods has an entry for every method the Server serves: TestStrictParamsEveryMethod
@@ -42,15 +43,19 @@ var strictMethods = map[string]strictMethod{
 		"step": 3, "stepName": "s", "error": map[string]any{"message": "boom", "retryable": true},
 		"stateAttachment": true, "stateType": "json", "completedTasks": []any{map[string]any{"WorkflowId": 1}},
 		"pendingTasks": []any{}, "workflowHash": "h", "metadata": map[string]any{"Stat": true},
-		"sources": map[string]any{"root": "$dir", "include": []any{"*.txt"}, "exclude": []any{"tmp"}, "gitignore": true, "editorFiles": false}}},
+		"sources":    map[string]any{"root": "$dir", "include": []any{"*.txt"}, "exclude": []any{"tmp"}, "gitignore": true, "editorFiles": false},
+		"validation": map[string]any{"confidence": 0.9, "message": "m", "details": map[string]any{"Confidence": 1}}}},
 	protocol.MethodLoad: {params: protocol.LoadParams{}, base: map[string]any{"workflowId": "keep", "namespace": "", "attachment": false}},
 	protocol.MethodList: {params: protocol.ListParams{}, base: map[string]any{"workflowId": "keep", "namespace": "", "phase": "completed",
-		"metadata": map[string]any{"k": "v"}, "limit": 5}},
+		"metadata": map[string]any{"k": "v"}, "limit": 5, "validation": "passed"}},
 	protocol.MethodDelete: {params: protocol.DeleteParams{}, changes: true, base: map[string]any{"checkpointId": "keep-1"}},
 	protocol.MethodPrune:  {params: protocol.PruneParams{}, changes: true, base: map[string]any{"workflowId": "keep", "keepLast": 1, "dryRun": false}},
 	protocol.MethodConfigure: {params: protocol.ConfigureParams{}, changes: true, base: map[string]any{"workflowId": "keep",
 		"retention": map[string]any{"keepLast": 5, "maxAgeSeconds": 86400, "keepFirst": true, "idleTtlSeconds": 86400},
-		"sources":   map[string]any{"root": "$dir", "include": []any{"*.txt"}, "exclude": []any{}, "gitignore": false, "editorFiles": true}}},
+		"sources":   map[string]any{"root": "$dir", "include": []any{"*.txt"}, "exclude": []any{}, "gitignore": false, "editorFiles": true},
+		"validation": map[string]any{"minConfidence": 0.5, "warningThreshold": 0.8, "rollbackOnFailure": true,
+			"steps": map[string]any{"s": map[string]any{"minConfidence": 0.1}}},
+		"compensation": map[string]any{"required": []any{}}}},
 	protocol.MethodComplete:     {params: protocol.CompleteParams{}, changes: true, base: map[string]any{"workflowId": "keep", "preserve": true}},
 	protocol.MethodWorkflowList: {params: protocol.WorkflowListParams{}, base: map[string]any{"resumableOnly": true}},
 	protocol.MethodWritesPut: {params: protocol.WritesPutParams{}, changes: true, base: map[string]any{"workflowId": "keep", "namespace": "",
@@ -62,7 +67,30 @@ var strictMethods = map[string]strictMethod{
 	protocol.MethodDriftStatus: {params: protocol.DriftTargetParams{}, base: map[string]any{"workflowId": "keep", "namespace": ""}},
 	protocol.MethodDriftWatch:  {params: protocol.DriftWatchParams{}, base: map[string]any{"workflowId": "keep", "namespace": "", "debounceMs": 20}},
 	protocol.MethodDriftUnwatch: {params: protocol.DriftUnwatchParams{}, base: map[string]any{"watchId": "w-1"},
-		setup: func(c *lgConn) { c.ok(protocol.MethodDriftWatch, map[string]any{"workflowId": "keep"}, nil, nil) }},
+		setup: func(c *lgConn) map[string]string {
+			c.ok(protocol.MethodDriftWatch, map[string]any{"workflowId": "keep"}, nil, nil)
+			return nil
+		}},
+	protocol.MethodCompensationRegister: {params: protocol.CompensationRegisterParams{}, changes: true, base: map[string]any{"workflowId": "keep",
+		"namespace": "", "checkpointId": "keep-2", "stepName": "s", "taskId": "t", "action": map[string]any{"Action": 1}, "description": "undo"}},
+	protocol.MethodRollbackPlan: {params: protocol.RollbackPlanParams{}, changes: true, base: map[string]any{"workflowId": "keep",
+		"namespace": "", "toCheckpointId": "keep-1"}},
+	protocol.MethodCompensationDone: {params: protocol.CompensationDoneParams{}, changes: true, base: map[string]any{
+		"compensationId": "$compensationId", "rollbackId": "$rollbackId", "ok": false, "error": "EACCES"},
+		setup: func(c *lgConn) map[string]string {
+			var reg protocol.CompensationRegisterResult
+			c.ok(protocol.MethodCompensationRegister, map[string]any{"workflowId": "keep", "action": 1, "description": "d"}, nil, &reg)
+			var plan protocol.RollbackPlanResult
+			c.ok(protocol.MethodRollbackPlan, map[string]any{"workflowId": "keep", "full": true}, nil, &plan)
+			return map[string]string{"compensationId": reg.CompensationID, "rollbackId": plan.RollbackID}
+		}},
+	protocol.MethodRollbackComplete: {params: protocol.RollbackCompleteParams{}, changes: true, base: map[string]any{
+		"rollbackId": "$rollbackId", "prune": true},
+		setup: func(c *lgConn) map[string]string {
+			var plan protocol.RollbackPlanResult
+			c.ok(protocol.MethodRollbackPlan, map[string]any{"workflowId": "keep", "toCheckpointId": "keep-1"}, nil, &plan)
+			return map[string]string{"rollbackId": plan.RollbackID}
+		}},
 	protocol.MethodLGPut: {params: protocol.LGPutParams{}, changes: true, att: "abc12", base: map[string]any{"threadId": "t-new", "namespace": "",
 		"checkpointId": "n-1", "parentId": "", "checkpoint": map[string]any{"type": "msgpack", "offset": 0, "length": 3},
 		"channelVersions": map[string]any{"Channel": 1}, "metadata": map[string]any{"Offset": 1},
@@ -111,7 +139,7 @@ func TestStrictParamsEveryMethod(t *testing.T) {
 			c, fx := newStrictConn(t)
 			fx.fill(t, c)
 			if m.setup != nil {
-				m.setup(c.lgConn)
+				fx.ids = m.setup(c.lgConn)
 			}
 			base := fx.expand(m.base).(map[string]any)
 			var att []byte
@@ -344,6 +372,7 @@ type strictConn struct {
 type strictFixture struct {
 	st  store.Backend
 	dir string
+	ids map[string]string // "$name" replacements from the method's setup
 }
 
 func newStrictConn(t *testing.T) (*strictConn, *strictFixture) {
@@ -401,6 +430,9 @@ func (fx *strictFixture) expand(v any) any {
 		if v == "$dir" {
 			return fx.dir
 		}
+		if id, ok := fx.ids[strings.TrimPrefix(v, "$")]; ok && strings.HasPrefix(v, "$") {
+			return id
+		}
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
@@ -433,6 +465,16 @@ func (fx *strictFixture) snapshot(t *testing.T, c *strictConn) string {
 			r := c.call(protocol.MethodLoad, map[string]any{"checkpointId": s.CheckpointID}, nil)
 			require.Nil(t, r.Error)
 			fmt.Fprintf(&sb, "checkpoint %s\n", r.Result)
+		}
+		comps, err := fx.st.Compensations(context.Background(), w.WorkflowID, "", 0, 0)
+		require.NoError(t, err)
+		for _, cp := range comps {
+			fmt.Fprintf(&sb, "compensation %d %s %s %s %s\n", cp.Seq, cp.StepName, cp.Status, cp.Error, cp.Action)
+		}
+		rb, err := fx.st.LatestRollback(context.Background(), w.WorkflowID, "")
+		require.NoError(t, err)
+		if rb != nil {
+			fmt.Fprintf(&sb, "rollback to %q completed=%v\n", rb.ToCheckpointID, !rb.CompletedAt.IsZero())
 		}
 		err = fx.st.Export(context.Background(), w.WorkflowID, func(rec store.WorkflowRecord, n int) error {
 			fmt.Fprintf(&sb, "settings %+v %s completed=%v\n", rec.Retention, rec.Config, !rec.CompletedAt.IsZero())

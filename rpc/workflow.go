@@ -24,6 +24,10 @@ func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 	if perr != nil {
 		return reply{}, perr
 	}
+	sagaCfg, perr := sagaConfig(p.Validation, p.Compensation) // rpc/compensation.go
+	if perr != nil {
+		return reply{}, perr
+	}
 	var ret *store.Retention
 	if p.Retention != nil {
 		r := s.opts.DefaultRetention
@@ -59,11 +63,23 @@ func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 			return reply{}, storeError(err)
 		}
 	}
+	if err := s.store.SetSagaConfig(ctx, p.WorkflowID, sagaCfg); err != nil {
+		return reply{}, storeError(err)
+	}
 	cur, err := s.store.WorkflowSources(ctx, p.WorkflowID)
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	return reply{result: protocol.ConfigureResult{WorkflowID: p.WorkflowID, Retention: protocol.EffectiveRetention(eff), Sources: cur}}, nil
+	stored, err := s.store.SagaConfig(ctx, p.WorkflowID)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	validation, compensation, err := configuredSaga(stored)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	return reply{result: protocol.ConfigureResult{WorkflowID: p.WorkflowID, Retention: protocol.EffectiveRetention(eff), Sources: cur,
+		Validation: validation, Compensation: compensation}}, nil
 }
 
 func (s *Server) complete(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {

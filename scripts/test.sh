@@ -20,7 +20,7 @@ unformatted=$(gofmt -l $(find . -name '*.go' -not -path './clients/*' -not -path
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 
 echo "== go test -race"
-go test -race -count=1 ./...
+go test -race -count=1 -timeout 40m ./...
 
 echo "== storage conformance suite, per backend (store/storetest)"
 go test -count=1 -run '^TestConformance$' -v ./store/... | grep -E 'storetest: [0-9]+ cases'

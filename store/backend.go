@@ -154,6 +154,48 @@ type Maintenance interface {
 	BlobCacheStats() BlobCacheStats
 }
 
+// Saga keeps validation checkpoints' rows and the compensation log (store/sagatypes.go): the
+// workflow's rules, the validated checkpoints a rollback recommendation chooses among,
+// compensations and rollbacks. The rules that give them meaning are package saga's. Checkpoint
+// retention never deletes a compensation and keeps the checkpoints a rollback goes back to (the
+// newest whose validation did not fail, the target of an unfinished rollback); idle expiry skips
+// a workflow with a compensation not done or an unfinished rollback; deleting a workflow (or
+// completing it without preserve) deletes its compensations and rollbacks.
+type Saga interface {
+	// SagaConfig returns a workflow's stored validation and compensation config (zero if none).
+	SagaConfig(ctx context.Context, workflowID string) (SagaConfig, error)
+	// SetSagaConfig stores the members of cfg that are set, creating the workflow.
+	SetSagaConfig(ctx context.Context, workflowID string, cfg SagaConfig) error
+	// ValidationHistory returns up to limit checkpoints of (workflowID, namespace) saved with a
+	// validation and older than beforeSeq (0: any), newest first.
+	ValidationHistory(ctx context.Context, workflowID, namespace string, beforeSeq int64, limit int) ([]ValidationRef, error)
+	// RegisterCompensation stores a compensation, durably once it returns, creating the workflow;
+	// Seq follows the workflow's previous one, AfterSeq is its newest checkpoint seq.
+	RegisterCompensation(ctx context.Context, req CompensationRequest) (Compensation, error)
+	// OpenCompensationForStep reports whether a compensation not yet done was registered for
+	// step in (workflowID, namespace) since the step's newest completed checkpoint.
+	OpenCompensationForStep(ctx context.Context, workflowID, namespace, step string) (bool, error)
+	// Compensations returns the compensations of (workflowID, namespace) with AfterSeq >= toSeq
+	// and Seq <= maxSeq (0: any), in registration order.
+	Compensations(ctx context.Context, workflowID, namespace string, toSeq, maxSeq int64) ([]Compensation, error)
+	// Compensation returns one compensation; ErrNotFound if it does not exist.
+	Compensation(ctx context.Context, compensationID string) (Compensation, error)
+	// Rollback returns one rollback; ErrNotFound if it does not exist.
+	Rollback(ctx context.Context, rollbackID string) (Rollback, error)
+	// LatestRollback returns the newest rollback of (workflowID, namespace), or nil; an
+	// unfinished one is always the newest.
+	LatestRollback(ctx context.Context, workflowID, namespace string) (*Rollback, error)
+	// BeginRollback starts a rollback to (toCheckpointID, toSeq) ("", 0: full) covering the
+	// compensations registered so far, or returns the unfinished one with began false.
+	BeginRollback(ctx context.Context, workflowID, namespace, toCheckpointID string, toSeq int64) (r Rollback, began bool, err error)
+	// MarkCompensation records a rollback's outcome for one compensation (CompensationDone or
+	// CompensationFailed; done stays done). ErrNotFound, ErrConflict (the rollback is complete).
+	MarkCompensation(ctx context.Context, compensationID, rollbackID, status, errMsg string) (Compensation, error)
+	// CompleteRollback ends a rollback; with prune it deletes the rolled-back checkpoints (and
+	// the compensations it did) and returns their ids. Again: no change. ErrNotFound.
+	CompleteRollback(ctx context.Context, rollbackID string, prune bool) (Rollback, []string, error)
+}
+
 // Backend is a whole storage backend.
 type Backend interface {
 	Checkpoints
@@ -163,6 +205,7 @@ type Backend interface {
 	Manifests
 	Archive
 	Maintenance
+	Saga
 	// Close stops accepting work, commits everything already accepted and closes the database.
 	Close() error
 }

@@ -54,6 +54,8 @@ type PreparedSave struct {
 	CompletedN  int         // elements of Req.CompletedTasks
 	PendingN    int         // elements of Req.PendingTasks
 	ContentHash []byte      // idempotency digest over every saved field (not the manifest)
+	// ValidationJSON is Req.Validation's stored record (EncodeValidation), nil without one.
+	ValidationJSON []byte
 }
 
 // Prepare validates req and fills p. An invalid request gives an *InvalidError (or a
@@ -131,6 +133,13 @@ func (p *PreparedSave) Prepare(req SaveRequest, pol *SavePolicy) error {
 		}
 		p.ErrorJSON = b
 	}
+	if r.Validation != nil {
+		b, err := EncodeValidation(r.Validation)
+		if err != nil {
+			return err
+		}
+		p.ValidationJSON = b
+	}
 	if r.CheckpointID == "" {
 		u, err := uuid.NewV7()
 		if err != nil {
@@ -186,6 +195,10 @@ func (p *PreparedSave) Prepare(req SaveRequest, pol *SavePolicy) error {
 		h.str(kv[0])
 		h.str(kv[1])
 	}
+	if p.ValidationJSON != nil { // absent: the digest of a save without one is unchanged
+		h.str(r.Validation.Status)
+		h.bytes(p.ValidationJSON)
+	}
 	p.ContentHash = h.sum()
 	return nil
 }
@@ -237,7 +250,7 @@ func ImportRequest(cp *Checkpoint) SaveRequest {
 		WorkflowID: cp.WorkflowID, Namespace: cp.Namespace, CheckpointID: cp.CheckpointID, ParentID: cp.ParentID,
 		Phase: cp.Phase, Step: cp.Step, StepName: cp.StepName, Error: cp.Error, State: cp.State,
 		StateType: cp.StateType, CompletedTasks: cp.CompletedTasks, PendingTasks: cp.PendingTasks,
-		WorkflowHash: cp.WorkflowHash, Metadata: cp.Metadata, Manifest: cp.Manifest,
+		WorkflowHash: cp.WorkflowHash, Metadata: cp.Metadata, Manifest: cp.Manifest, Validation: cp.Validation,
 	}
 	if r.StateType == StateNone {
 		r.State = nil

@@ -113,6 +113,9 @@ type SaveRequest struct {
 	// Manifest, if set, is the source fingerprint recorded with the checkpoint, in storage form
 	// (drift.EncodeManifest; see ManifestRecord). It is not part of the idempotency digest.
 	Manifest *ManifestRecord
+	// Validation, if set, is the step's validation as classified (store/sagatypes.go); it is
+	// part of the idempotency digest.
+	Validation *Validation
 	// Check, if set, is one more validation of the request (rpc: that a JSON state is UTF-8 JSON
 	// text) that runs concurrently with hashing and writing instead of before them. If it fails
 	// the save fails with its error (an *InvalidError for bad input) and nothing is stored.
@@ -152,7 +155,8 @@ type Summary struct {
 	SHA256             string
 	CompletedTaskCount int
 	PendingTaskCount   int
-	FormatVersion      int // checkpoint format version written by the saving ckptd
+	FormatVersion      int         // checkpoint format version written by the saving ckptd
+	Validation         *Validation // nil: saved without one
 }
 
 // Write is one pending write of a task against a checkpoint (LangGraph putWrites).
@@ -198,6 +202,7 @@ type ListFilter struct {
 	Metadata   map[string]json.RawMessage // exact match on top-level keys
 	Before     string                     // checkpointId cursor
 	Limit      int
+	Validation string // passed | warning | failed: only checkpoints saved with that status
 }
 
 // Retention is a workflow's automatic pruning policy. Zero fields are off (KeepLast 0: unlimited).

@@ -37,6 +37,11 @@ func slowTree(t testing.TB) string {
 	return dir
 }
 
+// cancelBound is how soon a cancelled request over slowTree must be answered: typically within
+// milliseconds, but a test machine running other tests under -race may not schedule the daemon
+// for a while.
+const cancelBound = 3 * time.Second
+
 // slowSources is a sources param for tree (slowTree) whose scan gives up after timeoutMs.
 func slowSources(tree string, timeoutMs int) map[string]any {
 	return map[string]any{"root": tree, "limits": map[string]any{"maxBytes": int64(1) << 42, "timeoutMs": timeoutMs}}
@@ -135,7 +140,9 @@ func TestHostileCancelRequest(t *testing.T) {
 	for _, id := range []string{`"scan"`, `7`} {
 		require.NotNil(t, rs[id].Error, "%s was not cancelled: %s", id, rs[id].Result)
 		assert.Equal(t, -32800, rs[id].Error.Code, rs[id].Error.Message)
-		assert.Less(t, rs[id].at, time.Second, "%s answered %s after the cancellation", id, rs[id].at)
+		// The scan would run for minutes: an answer within a few seconds (the bound leaves room
+		// for a machine loaded by other tests) can only come from the cancellation.
+		assert.Less(t, rs[id].at, cancelBound, "%s answered %s after the cancellation", id, rs[id].at)
 	}
 	var list struct{ Checkpoints []map[string]any }
 	d.call("checkpoint/list", map[string]any{"workflowId": "A"}, nil, &list)
@@ -157,7 +164,7 @@ func TestHostileCancelRequest(t *testing.T) {
 	rs = d.timedReplies(1, start)
 	require.NotNil(t, rs[`"status"`].Error, "drift/status was not cancelled: %.200s", rs[`"status"`].Result)
 	assert.Equal(t, -32800, rs[`"status"`].Error.Code)
-	assert.Less(t, rs[`"status"`].at, time.Second)
+	assert.Less(t, rs[`"status"`].at, cancelBound)
 	d.call("checkpoint/load", map[string]any{"checkpointId": "a-3"}, nil, nil)
 	d.shutdownWait()
 }

@@ -13,12 +13,15 @@ const lsUsage = `usage: ckptd ls [WORKFLOW] [flags]
 
 Without WORKFLOW: every workflow, most recently updated first (checkpoints, latest phase and
 step, last update, whether it can be resumed, stored size). With WORKFLOW: its checkpoints,
-newest first. --json prints the same objects as workflow/list and checkpoint/list.
+newest first, with the status of the validation saved with each (a VALIDATION column, when any
+has one); --validation keeps those of one status. --json prints the same objects as
+workflow/list and checkpoint/list.
 
 examples:
   ckptd ls
   ckptd ls wf-1
   ckptd ls wf-1 --namespace sub --json | jq '.checkpoints[0].checkpointId'
+  ckptd ls wf-1 --validation failed
 `
 
 func runLs(ctx context.Context, e *env, args []string) error {
@@ -29,6 +32,7 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	namespace := fs.String("namespace", "", "with WORKFLOW: only this `namespace` (default: every namespace)")
 	limit := fs.Int("limit", 0, "with WORKFLOW: at most `n` checkpoints, newest first (0 = all)")
 	resumable := fs.Bool("resumable", false, "without WORKFLOW: only workflows that can be resumed")
+	validation := fs.String("validation", "", "with WORKFLOW: only checkpoints whose validation `status` is passed, warning or failed")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -40,8 +44,11 @@ func runLs(ctx context.Context, e *env, args []string) error {
 		return usageError{"--limit must be >= 0"}
 	}
 	nsSet := isSet(fs, "namespace")
-	if len(pos) == 0 && (nsSet || *limit > 0) {
-		return usageError{"--namespace and --limit need a WORKFLOW"}
+	if len(pos) == 0 && (nsSet || *limit > 0 || *validation != "") {
+		return usageError{"--namespace, --limit and --validation need a WORKFLOW"}
+	}
+	if *validation != "" && !store.ValidationStatusValid(*validation) {
+		return usageError{fmt.Sprintf("--validation %q: want passed, warning or failed", *validation)}
 	}
 	if len(pos) == 1 && *resumable {
 		return usageError{"--resumable lists workflows: give no WORKFLOW"}
@@ -54,7 +61,7 @@ func runLs(ctx context.Context, e *env, args []string) error {
 		if nsSet {
 			ns = namespace
 		}
-		return lsCheckpoints(ctx, e, st, pos[0], ns, *limit, *asJSON)
+		return lsCheckpoints(ctx, e, st, pos[0], ns, *validation, *limit, *asJSON)
 	})
 }
 
@@ -94,7 +101,7 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, a
 	return tw.Flush()
 }
 
-func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns *string, limit int, asJSON bool) error {
+func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns *string, validation string, limit int, asJSON bool) error {
 	if _, err := st.Workflow(ctx, wf); err != nil {
 		return err
 	}
@@ -105,7 +112,7 @@ func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns 
 		if limit > 0 && limit-len(all) < page {
 			page = limit - len(all)
 		}
-		sms, err := st.List(ctx, store.ListFilter{WorkflowID: wf, Namespace: ns, Before: before, Limit: page})
+		sms, err := st.List(ctx, store.ListFilter{WorkflowID: wf, Namespace: ns, Before: before, Limit: page, Validation: validation})
 		if err != nil {
 			return err
 		}
@@ -126,12 +133,28 @@ func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns 
 		fmt.Fprintf(e.stderr, "workflow %s has no checkpoints\n", wf)
 		return nil
 	}
-	tw := newTable(e.stdout)
-	fmt.Fprintln(tw, "SEQ\tCHECKPOINT\tNAMESPACE\tPHASE\tSTEP\tNAME\tCREATED\tSIZE\tSTORED\tSHA256")
+	validated := false // the VALIDATION column only for workflows that use validation checkpoints
 	for _, sm := range all {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", sm.Seq, sm.CheckpointID, orDash(sm.Namespace), sm.Phase,
+		validated = validated || sm.Validation != nil
+	}
+	tw := newTable(e.stdout)
+	header := "SEQ\tCHECKPOINT\tNAMESPACE\tPHASE\tSTEP\tNAME\tCREATED\tSIZE\tSTORED\tSHA256"
+	if validated {
+		header += "\tVALIDATION"
+	}
+	fmt.Fprintln(tw, header)
+	for _, sm := range all {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s", sm.Seq, sm.CheckpointID, orDash(sm.Namespace), sm.Phase,
 			sm.Step, orDash(sm.StepName), fmtTime(sm.CreatedAt), fmtBytes(sm.SizeBytes), fmtBytes(sm.StoredBytes),
 			shortHash(sm.SHA256))
+		if validated {
+			v := "-"
+			if sm.Validation != nil {
+				v = fmt.Sprintf("%s (%s)", sm.Validation.Status, fmtConfidence(sm.Validation.Confidence))
+			}
+			fmt.Fprintf(tw, "\t%s", v)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

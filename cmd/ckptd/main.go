@@ -46,6 +46,7 @@ func commands() []command {
 		{"threads", "list LangGraph threads, or one thread's checkpoints", runThreads},
 		{"show", "show one checkpoint (and verify it); --state prints its state", runShow},
 		{"plan", "show what resume/plan answers for a workflow, with every problem", runPlan},
+		{"rollback", "show a workflow's rollback and its progress (never runs an action)", runRollback},
 		{"drift", "show which source files changed since a workflow's checkpoint", runDrift},
 		{"prune", "delete old checkpoints (--keep-last, --older-than)", runPrune},
 		{"rm", "delete checkpoints, a whole workflow or a LangGraph thread", runRm},

@@ -123,6 +123,9 @@ func showText(w io.Writer, in store.Inspection) error {
 		step += " (" + in.StepName + ")"
 	}
 	row("step", step)
+	if v := in.Validation; v != nil {
+		row("validation", validationLine(v))
+	}
 	if in.Error != nil {
 		r := "not retryable"
 		if in.Error.Retryable {

@@ -18,7 +18,7 @@ import (
 // summaryCols are the checkpoint columns of a Summary, in scanSummary's order.
 const summaryCols = `c.id, c.checkpoint_id, c.workflow_id, c.namespace, c.seq, c.parent_id, c.phase, c.step, c.step_name,
 	c.error, c.workflow_hash, c.metadata, c.created_at, c.state_type, c.size, c.stored_size, c.state_hash,
-	c.completed_count, c.pending_count, c.format_version`
+	c.completed_count, c.pending_count, c.format_version, c.validation_status, c.validation`
 
 type summaryScan struct {
 	rowid                               int64
@@ -27,13 +27,15 @@ type summaryScan struct {
 	meta, hash                          []byte
 	created                             int64
 	completedN, pendingN, formatVersion int64
+	validationStatus                    sql.NullString
+	validation                          []byte
 	sm                                  store.Summary
 }
 
 func (x *summaryScan) dest() []any {
 	return []any{&x.rowid, &x.sm.CheckpointID, &x.sm.WorkflowID, &x.sm.Namespace, &x.sm.Seq, &x.parent, &x.phase,
 		&x.sm.Step, &x.stepName, &x.errJSON, &x.wfHash, &x.meta, &x.created, &x.stateType, &x.sm.SizeBytes,
-		&x.sm.StoredBytes, &x.hash, &x.completedN, &x.pendingN, &x.formatVersion}
+		&x.sm.StoredBytes, &x.hash, &x.completedN, &x.pendingN, &x.formatVersion, &x.validationStatus, &x.validation}
 }
 
 // finish fills sm from the scanned columns; a stored value that does not decode is corruption.
@@ -60,6 +62,13 @@ func (x *summaryScan) finish() (store.Summary, error) {
 			return sm, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: "stored error does not decode: " + err.Error()}
 		}
 		sm.Error = &e
+	}
+	if x.validationStatus.Valid {
+		v, err := store.DecodeValidation(sm.CheckpointID, x.validationStatus.String, x.validation)
+		if err != nil {
+			return sm, err
+		}
+		sm.Validation = v
 	}
 	return sm, nil
 }
@@ -352,6 +361,12 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 		if f.Before != "" {
 			add(`c.id < ?`, beforeRowid)
 		}
+	case f.Validation != "":
+		from = `checkpoints c INDEXED BY checkpoints_validation_id`
+		order = `c.id DESC`
+		if f.Before != "" {
+			add(`c.id < ?`, beforeRowid)
+		}
 	case f.Phase != "":
 		from = `checkpoints c INDEXED BY checkpoints_phase_id`
 		order = `c.id DESC`
@@ -367,6 +382,9 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 	}
 	if f.Phase != "" {
 		add(`c.phase = ?`, string(f.Phase))
+	}
+	if f.Validation != "" {
+		add(`c.validation_status = ?`, f.Validation)
 	}
 	q := `SELECT ` + summaryCols + ` FROM ` + from
 	if len(where) > 0 {
@@ -388,6 +406,9 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Summary, 
 	}
 	if f.Phase != "" && !f.Phase.Valid() {
 		return nil, invalid("phase", "%q is not one of before_step, completed, failed, interrupted", string(f.Phase))
+	}
+	if f.Validation != "" && !store.ValidationStatusValid(f.Validation) {
+		return nil, invalid("validation", "%q is not one of passed, warning, failed", f.Validation)
 	}
 	var out []store.Summary
 	err := s.readTx(ctx, func(tx *rtx) error {

@@ -167,6 +167,9 @@ func (s *Store) deleteWorkflow(ctx context.Context, w *wtx, workflowID string, d
 	if _, err := w.exec(ctx, `DELETE FROM writes WHERE workflow_id = ?`, workflowID); err != nil {
 		return nil, err
 	}
+	if err := deleteSagaRows(ctx, w, workflowID); err != nil { // store/sqlite/saga.go
+		return nil, err
+	}
 	if dropRow {
 		res, err := w.exec(ctx, `DELETE FROM workflows WHERE workflow_id = ?`, workflowID)
 		if err != nil {
@@ -237,6 +240,7 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 		}
 		type group struct {
 			wf    string
+			ns    string
 			ret   store.Retention
 			items []store.RetentionItem
 		}
@@ -253,7 +257,7 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 				return err
 			}
 			if cur == nil || cur.wf != wf || curNS != ns {
-				cur = &group{wf: wf, ret: req.Retention(s.parseRetention(wf, js))}
+				cur = &group{wf: wf, ns: ns, ret: req.Retention(s.parseRetention(wf, js))}
 				curNS = ns
 				groups = append(groups, cur)
 			}
@@ -277,7 +281,11 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 		}
 		now := s.now()
 		for _, g := range groups {
-			for _, id := range store.SelectExpired(g.items, g.ret, now) {
+			expired, err := s.withoutRetentionHolds(ctx, w, g.wf, g.ns, store.SelectExpired(g.items, g.ret, now)) // store/sqlite/saga.go
+			if err != nil {
+				return err
+			}
+			for _, id := range expired {
 				ok, err := s.deleteCheckpoint(ctx, w, rowids[id], id)
 				if err != nil {
 					return err
@@ -362,6 +370,11 @@ func (s *Store) ExpireIdle(ctx context.Context) (map[string][]string, error) {
 			return err
 		}
 		if err := rows.Err(); err != nil {
+			return err
+		}
+		// A workflow whose compensations are not all done, or with an unfinished rollback, is
+		// kept: expiry never deletes an undo that is still needed (store/sqlite/saga.go).
+		if expired, err = withoutSagaHolds(ctx, w, expired); err != nil {
 			return err
 		}
 		for _, wf := range expired {

@@ -270,6 +270,11 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 			return err
 		}
 	}
+	if sj.ValidationJSON != nil {
+		if err := s.insertValidation(ctx, w, rowid, r.Validation.Status, sj.ValidationJSON); err != nil { // store/sqlite/saga.go
+			return err
+		}
+	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
 		StoredBytes: stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: dedup}
 
@@ -319,7 +324,10 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r sto
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	expired := store.SelectExpired(items, r, now)
+	expired, err := s.withoutRetentionHolds(ctx, w, wf, ns, store.SelectExpired(items, r, now)) // store/sqlite/saga.go
+	if err != nil {
+		return nil, err
+	}
 	for _, id := range expired {
 		if _, err := s.deleteCheckpoint(ctx, w, rowids[id], id); err != nil {
 			return nil, err
@@ -337,6 +345,9 @@ func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r stor
 	}
 	if r.KeepFirst && len(refs) > 0 {
 		refs = refs[:len(refs)-1] // newest first: the last one is the lowest seq
+	}
+	if refs, err = s.refsWithoutRetentionHolds(ctx, w, wf, ns, refs); err != nil { // store/sqlite/saga.go
+		return nil, err
 	}
 	expired := make([]string, 0, len(refs))
 	for i := len(refs) - 1; i >= 0; i-- { // seq order, like store.SelectExpired

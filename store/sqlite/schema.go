@@ -191,6 +191,50 @@ CREATE TABLE drift_entries (
 	`
 CREATE INDEX states_pending ON states(encoding) WHERE encoding = 3;
 `,
+	// 6: validation checkpoints and the compensation log (store/saga.go): a checkpoint's
+	// validation status and record; compensations registered per workflow (seq: registration
+	// order; after_seq: the workflow's newest checkpoint seq when registered); rollbacks, at
+	// most one unfinished per (workflow, namespace).
+	`
+ALTER TABLE checkpoints ADD COLUMN validation_status TEXT;  -- passed | warning | failed; NULL: none
+ALTER TABLE checkpoints ADD COLUMN validation BLOB;         -- JSON {confidence, min, warning, message?, details?}
+CREATE INDEX checkpoints_validation ON checkpoints(workflow_id, namespace, seq) WHERE validation_status IS NOT NULL;
+CREATE INDEX checkpoints_validation_id ON checkpoints(validation_status, id) WHERE validation_status IS NOT NULL;
+
+CREATE TABLE compensations (
+	id              INTEGER PRIMARY KEY,
+	compensation_id TEXT NOT NULL UNIQUE,
+	workflow_id     TEXT NOT NULL,
+	namespace       TEXT NOT NULL,
+	seq             INTEGER NOT NULL,   -- registration order within the workflow
+	after_seq       INTEGER NOT NULL,   -- workflows.next_seq - 1 when registered
+	checkpoint_id   TEXT,
+	step_name       TEXT,
+	task_id         TEXT,
+	description     TEXT NOT NULL,
+	status          TEXT NOT NULL,      -- pending | done | failed
+	error           TEXT,               -- the last failure a rollback reported
+	rollback_id     TEXT,               -- the rollback that ran it last
+	created_at      INTEGER NOT NULL,   -- unix micros
+	done_at         INTEGER,
+	action          BLOB NOT NULL       -- opaque JSON as sent (last)
+);
+CREATE UNIQUE INDEX compensations_wf_seq ON compensations(workflow_id, seq);
+CREATE INDEX compensations_wf_ns_seq ON compensations(workflow_id, namespace, seq);
+
+CREATE TABLE rollbacks (
+	rollback_id      TEXT PRIMARY KEY,
+	workflow_id      TEXT NOT NULL,
+	namespace        TEXT NOT NULL,
+	to_checkpoint_id TEXT,              -- NULL: a full rollback
+	to_seq           INTEGER NOT NULL,  -- the target's seq (0: full)
+	max_seq          INTEGER NOT NULL,  -- the newest compensation seq of the workflow when planned
+	created_at       INTEGER NOT NULL,
+	completed_at     INTEGER            -- NULL: unfinished
+);
+CREATE UNIQUE INDEX rollbacks_unfinished ON rollbacks(workflow_id, namespace) WHERE completed_at IS NULL;
+CREATE INDEX rollbacks_wf ON rollbacks(workflow_id, created_at);
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

@@ -2,7 +2,8 @@
 // Run, and passes it, before ckptd may use it. It checks what the contract promises whatever
 // the database: save, load, list, delete, prune and retention, verification and the fallback
 // past corrupt checkpoints, pending writes, LangGraph rows, source manifests, import and
-// export, concurrency and ordering, and migration from the oldest schema a backend reads.
+// export, concurrency and ordering, migration from the oldest schema a backend reads, and
+// validation checkpoints with the compensation log (saga.go).
 //
 // A backend's own tests keep what only it has (SQLite: pragmas, WAL, damaged pages, query
 // plans). To damage stored data the way a failing disk or a bug would, and to count stored

@@ -216,6 +216,17 @@ def test_sync_client_and_workflow_send_only_known_params(
         with c.workflow("wf-helper-2", workflow_hash="h2") as wf2:
             plan = wf2.resume()
             assert plan is not None and wf2.start_step == 1 and not wf2.should_run(0)
+        exercise_saga(c)
+        with c.workflow("wf-saga-helper", initial_state={}) as wf3:
+            with wf3.step("a", 0) as s:
+                s.validate(0.9, message="m", details={"d": 1})
+            good = s.result["checkpointId"]
+            with wf3.step("b", 1) as s:
+                s.compensate({"kind": "noop"}, "nothing", task_id="t")
+                s.validate(0.1)
+            assert wf3.rollback_recommended
+            assert wf3.rollback(lambda a: None, to_checkpoint_id=good, prune=False)["toCheckpointId"] == good
+            assert wf3.rollback(lambda a: None, full=True)["full"] is True
 
     stop_clients(Client, db, ckptd_bin)
     rec.check()
@@ -281,6 +292,44 @@ def exercise_client(c: Any, src: Path, handler: Callable[[str, Dict[str, Any]], 
     assert result["seq"] == 1
     assert c.delete(workflow_id="raw")["deleted"] == 1
     assert isinstance(c.stderr_tail(), str) and c.returncode is None and not c.closed
+
+
+def exercise_saga(c: Any) -> None:
+    """The validation and compensation methods of ckptd.Client with every option (sync)."""
+    cfg = c.configure("wf-saga", validation={"minConfidence": 0.6, "warningThreshold": 0.8, "rollbackOnFailure": True,
+                                             "steps": {"s": {"minConfidence": 0.2}}}, compensation={"required": ["write"]})
+    assert cfg["validation"]["minConfidence"] == 0.6 and cfg["compensation"] == {"required": ["write"]}
+    c.save("wf-saga", {"n": 1}, checkpoint_id="v1", step_name="plan", validation={"confidence": 0.9, "message": "ok", "details": {"k": 1}})
+    reg = c.register_compensation("wf-saga", {"kind": "noop"}, "nothing", namespace="", checkpoint_id="v1", step_name="write", task_id="t")
+    c.save("wf-saga", {"n": 2}, checkpoint_id="v2", step_name="write", validation={"confidence": 0.1})
+    assert [x["checkpointId"] for x in c.list("wf-saga", validation="failed")] == ["v2"]
+    assert c.resume_plan("wf-saga", rollback=True).checkpoint_id == "v1"
+    assert c.resume_plan("wf-saga", to_checkpoint_id="v1").rollback["actions"][0]["compensationId"] == reg["compensationId"]
+    rb = c.rollback_plan("wf-saga", namespace="", to_checkpoint_id="v1")
+    assert c.compensation_done(reg["compensationId"], rb["rollbackId"], ok=False, error="EACCES")["status"] == "failed"
+    assert c.compensation_done(reg["compensationId"], rb["rollbackId"])["status"] == "done"
+    assert c.rollback_complete(rb["rollbackId"], prune=True)["pruned"] == 1
+    full = c.rollback_plan("wf-saga", full=True)
+    assert c.rollback_complete(full["rollbackId"])["progress"]["total"] == 0
+
+
+async def aexercise_saga(c: Any) -> None:
+    """exercise_saga for ckptd.AsyncClient."""
+    await c.configure("wf-saga", validation={"minConfidence": 0.6, "warningThreshold": 0.8, "rollbackOnFailure": True,
+                                             "steps": {"s": {"minConfidence": 0.2}}}, compensation={"required": ["write"]})
+    await c.save("wf-saga", {"n": 1}, checkpoint_id="v1", step_name="plan", validation={"confidence": 0.9, "message": "ok", "details": {}})
+    reg = await c.register_compensation("wf-saga", {"kind": "noop"}, "nothing", namespace="", checkpoint_id="v1", step_name="write",
+                                        task_id="t")
+    await c.save("wf-saga", {"n": 2}, checkpoint_id="v2", step_name="write", validation={"confidence": 0.1})
+    assert len(await c.list("wf-saga", validation="failed")) == 1
+    assert (await c.resume_plan("wf-saga", rollback=True)).checkpoint_id == "v1"
+    await c.resume_plan("wf-saga", to_checkpoint_id="v1")
+    rb = await c.rollback_plan("wf-saga", namespace="", to_checkpoint_id="v1")
+    await c.compensation_done(reg["compensationId"], rb["rollbackId"], ok=False, error="EACCES")
+    await c.compensation_done(reg["compensationId"], rb["rollbackId"])
+    await c.rollback_complete(rb["rollbackId"], prune=True)
+    full = await c.rollback_plan("wf-saga", full=True)
+    await c.rollback_complete(full["rollbackId"])
 
 
 def stop_clients(cls: type, db: str, binary: str) -> None:
@@ -364,6 +413,17 @@ def test_async_client_and_workflow_send_only_known_params(
                     async with wf.step("two", 1, metadata={"k": 2}):
                         raise KeyError("boom")
                 assert (await wf.drift_status())["drifted"] is False
+            await aexercise_saga(c)
+            async with c.workflow("wf-saga-helper", initial_state={}) as wf3:
+                async with wf3.step("a", 0) as s:
+                    s.validate(0.9, message="m", details={"d": 1})
+                good = s.result["checkpointId"]
+                async with wf3.step("b", 1) as s:
+                    await s.compensate({"kind": "noop"}, "nothing", task_id="t")
+                    s.validate(0.1)
+                assert wf3.rollback_recommended
+                assert (await wf3.rollback(lambda a: None, to_checkpoint_id=good, prune=False))["toCheckpointId"] == good
+                assert (await wf3.rollback(lambda a: None, full=True))["full"] is True
         await astop_clients(AsyncClient, db, ckptd_bin)
 
     asyncio.run(main())

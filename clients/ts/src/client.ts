@@ -13,6 +13,8 @@ import "./dispose.js";
 import { ClientClosedError, CkptdError, DaemonDiedError, ErrorCode, ProtocolError, errorFromRpc } from "./errors.js";
 import { FrameReader, FramingError, encodeFrame, parseBody, type Frame } from "./framing.js";
 import type {
+  CompensationDoneParams,
+  CompensationDoneResult,
   CompleteParams,
   CompleteResult,
   ConfigureParams,
@@ -39,13 +41,20 @@ import type {
   PutWritesParams,
   PutWritesResult,
   RawNotification,
+  RegisterCompensationParams,
+  RegisterCompensationResult,
   ResumePlan,
   ResumePlanParams,
+  RollbackCompleteParams,
+  RollbackCompleteResult,
+  RollbackPlanParams,
+  RollbackPlanResult,
   SaveParams,
   SaveResult,
   StateOptions,
   StateType,
   StatsResult,
+  ValidationParams,
   WorkflowListParams,
   WorkflowListResult,
 } from "./types.js";
@@ -302,6 +311,21 @@ function encodeState(state: unknown, stateType: "json" | "bytes" | undefined): {
   const text = JSON.stringify(state);
   if (text === undefined) throw new TypeError(`save: state of type ${typeof state} is not JSON-serializable`);
   return { bytes: Buffer.from(text, "utf8"), type: "json" };
+}
+
+/**
+ * `checkpoint/save`'s `validation` on the wire: only its known names, and a confidence JSON has no
+ * number for (NaN, ±Infinity; `JSON.stringify` would send `null`) as its name, which the daemon
+ * refuses with -32602 naming `validation.confidence`.
+ */
+function validationParam(v: ValidationParams): Record<string, unknown> {
+  const c = v.confidence;
+  const confidence = typeof c === "number" && !Number.isFinite(c) ? (Number.isNaN(c) ? "NaN" : c > 0 ? "Infinity" : "-Infinity") : c;
+  return {
+    confidence,
+    ...(v.message !== undefined ? { message: v.message } : {}),
+    ...(v.details !== undefined ? { details: v.details } : {}),
+  };
 }
 
 function timeoutError(method: string, ms: number): CkptdError {
@@ -720,7 +744,8 @@ export class Client extends EventEmitter<ClientEvents> {
    * a `Uint8Array` state until the promise settles.
    */
   async save<S = unknown>(params: SaveParams<S>, options?: CallOptions): Promise<SaveResult> {
-    const { state, stateType, ...rest } = params;
+    const { state, stateType, validation, ...fields } = params;
+    const rest = validation === undefined ? fields : { ...fields, validation: validationParam(validation) };
     const enc = encodeState(state, stateType);
     const wire = enc === null ? rest : { ...rest, stateAttachment: true, stateType: enc.type };
     const r = await this.call("checkpoint/save", wire, { ...options, attachment: enc?.bytes ?? null });
@@ -822,6 +847,35 @@ export class Client extends EventEmitter<ClientEvents> {
       this.watches.delete(String(params.watchId));
       this.updateRef();
     }
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Compensation log (docs/protocol.md, "Validation and compensation")
+
+  /**
+   * `compensation/register`: how to undo a side effect (`action`: JSON your rollback handler runs),
+   * durable once the promise resolves. Register before the side effect.
+   */
+  registerCompensation(params: RegisterCompensationParams, options?: CallOptions): Promise<RegisterCompensationResult> {
+    return this.request<RegisterCompensationResult>("compensation/register", params, options);
+  }
+
+  /**
+   * `rollback/plan`: begins a rollback (or continues the unfinished one: same `rollbackId`) and
+   * returns the compensations still to run, newest registration first.
+   */
+  rollbackPlan(params: RollbackPlanParams, options?: CallOptions): Promise<RollbackPlanResult> {
+    return this.request<RollbackPlanResult>("rollback/plan", params, options);
+  }
+
+  /** `compensation/done`: records durably that a rollback ran an action (`ok`) or that it failed. */
+  compensationDone(params: CompensationDoneParams, options?: CallOptions): Promise<CompensationDoneResult> {
+    return this.request<CompensationDoneResult>("compensation/done", params, options);
+  }
+
+  /** `rollback/complete`: ends a rollback whose actions all ran; `prune` deletes the rolled-back checkpoints. */
+  rollbackComplete(params: RollbackCompleteParams, options?: CallOptions): Promise<RollbackCompleteResult> {
+    return this.request<RollbackCompleteResult>("rollback/complete", params, options);
   }
 
   // -------------------------------------------------------------------------------------------

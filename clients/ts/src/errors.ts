@@ -29,12 +29,14 @@ export interface RpcErrorObject {
 
 /** A problem found by `resume/plan` (`data.problems` of -32005, or `warnings` when forced). */
 export interface ResumeProblem {
-  /** `corrupt` | `schema_version` | `workflow_hash_mismatch` | `not_retryable` | `workflow_completed` | newer codes. */
+  /** `corrupt` | `schema_version` | `workflow_hash_mismatch` | `not_retryable` | `workflow_completed` | `drift` | `compensation_required` | newer codes. */
   code: string;
   message: string;
   checkpointId?: string;
   expected?: string;
   actual?: string;
+  /** `compensation_required`: the step that saved `completed` without a registered compensation. */
+  stepName?: string;
   [key: string]: unknown;
 }
 

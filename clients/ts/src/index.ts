@@ -16,8 +16,8 @@ import "./dispose.js";
 
 export { Client, STDERR_TAIL_BYTES } from "./client.js";
 export type { CallOptions, ClientEvents, ClientOptions, ExitInfo, NotificationsOptions, Reply } from "./client.js";
-export { Workflow, StepInterruptedError } from "./workflow.js";
-export type { ErrorClass, LayerParams, StepContext, StepOptions, WorkflowOptions } from "./workflow.js";
+export { Workflow, StepInterruptedError, RollbackFailedError } from "./workflow.js";
+export type { ErrorClass, LayerParams, RollbackHandler, RollbackOptions, RollbackOutcome, StepContext, StepOptions, WorkflowOptions } from "./workflow.js";
 export {
   BinaryNotFoundError,
   CheckpointCorruptError,

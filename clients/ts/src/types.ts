@@ -82,6 +82,51 @@ export interface SaveParams<S = unknown> {
    * `checkpoint/save`); servers without the `drift` capability ignore it.
    */
   sources?: Sources;
+  /**
+   * The step's score of its result, classified and stored with the checkpoint (docs/protocol.md,
+   * "Validation and compensation"). A `confidence` of NaN or ±Infinity is sent as its name (JSON has
+   * no number for it) and refused by the daemon with -32602 naming `validation.confidence`.
+   */
+  validation?: ValidationParams;
+}
+
+/** `checkpoint/save`'s `validation`. */
+export interface ValidationParams {
+  /** A number in [0, 1]. */
+  confidence: number;
+  message?: string;
+  /** Any JSON, stored and returned with the checkpoint. */
+  details?: JsonValue;
+}
+
+/** The status a confidence is classified as. */
+export type ValidationStatus = "passed" | "warning" | "failed";
+
+export interface ValidationThresholds {
+  min: number;
+  warning: number;
+}
+
+/** Where a failed validation recommends rolling back to (ckptd never rolls back by itself). */
+export type Recommendation = { kind: "to_checkpoint"; checkpointId: string } | { kind: "full"; checkpointId?: undefined };
+
+/** A save's (and a resume plan's) validation: the classification and its recommendation. */
+export interface ValidationResult {
+  status: ValidationStatus;
+  confidence: number;
+  thresholds: ValidationThresholds;
+  recommendation?: Recommendation;
+  [key: string]: unknown;
+}
+
+/** The validation stored with a checkpoint (`validation` of a summary). */
+export interface ValidationInfo {
+  status: ValidationStatus;
+  confidence: number;
+  thresholds: ValidationThresholds;
+  message?: string;
+  details?: JsonValue;
+  [key: string]: unknown;
 }
 
 /**
@@ -121,6 +166,8 @@ export interface SaveResult {
   storedBytes: number;
   sha256: string;
   deduplicated: boolean;
+  /** The classification of the save's `validation`, if it had one. */
+  validation?: ValidationResult;
   [key: string]: unknown;
 }
 
@@ -144,6 +191,8 @@ export interface CheckpointSummary {
   sha256: string;
   completedTaskCount: number;
   pendingTaskCount: number;
+  /** The validation saved with the checkpoint, if any. */
+  validation?: ValidationInfo;
   [key: string]: unknown;
 }
 
@@ -205,6 +254,8 @@ export interface ListParams {
   before?: string;
   /** 1-10000, default 100. */
   limit?: number;
+  /** Only checkpoints saved with a validation of this status. */
+  validation?: ValidationStatus;
 }
 
 export interface ListResult {
@@ -244,16 +295,41 @@ export interface Retention {
   idleTtlSeconds?: number;
 }
 
+/** Validation rules for one step (unset: the workflow's). */
+export interface StepValidationConfig {
+  minConfidence?: number;
+  warningThreshold?: number;
+  rollbackOnFailure?: boolean;
+}
+
+/** A workflow's validation rules (unset: defaults 0.7, 0.85, true). */
+export interface ValidationConfig extends StepValidationConfig {
+  /** Per-step overrides, by step name. */
+  steps?: Record<string, StepValidationConfig>;
+}
+
+export interface CompensationConfig {
+  /** Steps whose `completed` save needs a registered compensation (-32005 otherwise). */
+  required: string[];
+}
+
 export interface ConfigureParams {
   workflowId: string;
   retention?: Retention;
   /** Sources fingerprinted by every save of the workflow; `null` removes them. */
   sources?: SourcesSpec | null;
+  /** Replaces the validation rules (`{}`: the defaults). */
+  validation?: ValidationConfig;
+  /** Replaces the compensation rules. */
+  compensation?: CompensationConfig;
 }
 
 export interface ConfigureResult {
   workflowId: string;
   retention: Required<Retention>;
+  /** The validation rules in force, once configured. */
+  validation?: Required<StepValidationConfig> & { steps?: Record<string, StepValidationConfig> };
+  compensation?: CompensationConfig;
   [key: string]: unknown;
 }
 
@@ -328,6 +404,12 @@ export interface ResumePlanParams {
   force?: boolean;
   /** Source drift since the checkpoint is a warning, not a problem. */
   driftAsWarning?: boolean;
+  /**
+   * Plan from a rollback's target (the unfinished rollback's, else `toCheckpointId`, else the
+   * newest checkpoint whose validation did not fail) and list the compensations to run first.
+   */
+  rollback?: boolean;
+  toCheckpointId?: string;
 }
 
 export interface ResumePlan<S = unknown> extends StateFields<S> {
@@ -348,6 +430,109 @@ export interface ResumePlan<S = unknown> extends StateFields<S> {
   recoveredFrom?: Recovered[];
   /** The drift report, when the checkpoint was saved with `sources`. */
   drift?: DriftStatusResult;
+  /** The checkpoint's stored validation with its recommendation. */
+  validation?: ValidationResult;
+  /** Compensations to run before resuming (`rollback: true`, or an unfinished rollback). */
+  rollback?: ResumeRollback;
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compensation log (docs/protocol.md, "Validation and compensation")
+
+export interface RegisterCompensationParams {
+  workflowId: string;
+  namespace?: string;
+  checkpointId?: string;
+  stepName?: string;
+  taskId?: string;
+  /** Opaque JSON your rollback handler knows how to run (not null). */
+  action: JsonValue;
+  description: string;
+}
+
+export interface RegisterCompensationResult {
+  compensationId: string;
+  seq: number;
+  [key: string]: unknown;
+}
+
+/** One compensation of a rollback. */
+export interface RollbackAction {
+  compensationId: string;
+  seq: number;
+  action: JsonValue;
+  description: string;
+  status: "pending" | "failed" | "done";
+  stepName?: string;
+  taskId?: string;
+  checkpointId?: string;
+  /** The last failure reported with `compensation/done`. */
+  error?: string;
+  [key: string]: unknown;
+}
+
+export interface RollbackProgress {
+  total: number;
+  done: number;
+  failed: number;
+  pending: number;
+}
+
+export interface RollbackPlanParams {
+  workflowId: string;
+  namespace?: string;
+  toCheckpointId?: string;
+  full?: boolean;
+}
+
+export interface RollbackPlanResult {
+  rollbackId: string;
+  workflowId: string;
+  namespace: string;
+  toCheckpointId?: string;
+  full: boolean;
+  createdAt: string;
+  /** Still to run, newest registration first. */
+  actions: RollbackAction[];
+  progress: RollbackProgress;
+  [key: string]: unknown;
+}
+
+export interface CompensationDoneParams {
+  compensationId: string;
+  rollbackId: string;
+  ok: boolean;
+  error?: string;
+}
+
+export interface CompensationDoneResult {
+  compensationId: string;
+  status: "done" | "failed";
+  remaining: number;
+  [key: string]: unknown;
+}
+
+export interface RollbackCompleteParams {
+  rollbackId: string;
+  /** Delete the rolled-back checkpoints. */
+  prune?: boolean;
+}
+
+export interface RollbackCompleteResult {
+  rollbackId: string;
+  progress: RollbackProgress;
+  pruned: number;
+  [key: string]: unknown;
+}
+
+/** `resume/plan`'s `rollback`. */
+export interface ResumeRollback {
+  /** The unfinished rollback these actions belong to, if one is. */
+  rollbackId?: string;
+  toCheckpointId?: string;
+  full: boolean;
+  actions: RollbackAction[];
   [key: string]: unknown;
 }
 
@@ -466,7 +651,7 @@ export interface SavedEvent {
 export interface PrunedEvent {
   workflowId: string;
   checkpointIds: string[];
-  reason: "retention" | "prune" | "idle" | "complete" | (string & {});
+  reason: "retention" | "prune" | "idle" | "complete" | "rollback" | (string & {});
   [key: string]: unknown;
 }
 

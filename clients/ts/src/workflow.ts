@@ -1,11 +1,31 @@
 /**
  * A helper for step-wise and DAG executors: `before_step` / `completed` / `failed` checkpoints
  * around each step, `interrupted` on SIGINT/SIGTERM, resume plans, and layer-wise checkpoints that
- * carry the completed task ids so an executor can skip finished tasks.
+ * carry the completed task ids so an executor can skip finished tasks. Steps can score their
+ * result (`s.validate`) and register how to undo their side effects (`s.compensate`);
+ * `wf.rollback(handler)` runs a rollback through your handler, durably (docs/protocol.md,
+ * "Validation and compensation").
  */
 import type { CallOptions, Client } from "./client.js";
 import { CheckpointNotFoundError } from "./errors.js";
-import type { CompleteResult, JsonObject, Phase, ResumePlan, Retention, SaveParams, SaveResult, Sources, StepError } from "./types.js";
+import type {
+  CompleteResult,
+  JsonObject,
+  JsonValue,
+  Phase,
+  Recommendation,
+  RegisterCompensationResult,
+  ResumePlan,
+  Retention,
+  RollbackAction,
+  RollbackProgress,
+  SaveParams,
+  SaveResult,
+  Sources,
+  StepError,
+  ValidationParams,
+  ValidationResult,
+} from "./types.js";
 
 /** A constructor of errors that count as retryable. */
 export type ErrorClass = abstract new (...args: never[]) => unknown;
@@ -40,6 +60,57 @@ export interface StepContext<S = unknown> {
   /** Aborted (with a {@link StepInterruptedError}) when a signal interrupts the step. */
   readonly signal: AbortSignal;
   readonly workflow: Workflow<S>;
+  /**
+   * Scores this step's result (`confidence` in [0, 1]); the `completed` checkpoint carries it and
+   * ckptd classifies it under the workflow's rules. Afterwards `wf.lastValidation` has the
+   * classification and `wf.rollbackRecommended` says whether to roll back. A confidence outside
+   * [0, 1] (NaN included) makes the completed save, and so the step, reject with
+   * `InvalidParamsError` naming `validation.confidence`.
+   */
+  validate(confidence: number, options?: { message?: string; details?: JsonValue }): void;
+  /**
+   * Registers how to undo a side effect this step is about to cause (`compensation/register`,
+   * with the step's name and its `before_step` checkpoint): durable once it resolves, so await it
+   * before the side effect.
+   */
+  compensate(action: JsonValue, description: string, options?: { taskId?: string }): Promise<RegisterCompensationResult>;
+}
+
+/** Runs one compensation of a rollback (`action.action` is the JSON you registered). */
+export type RollbackHandler = (action: RollbackAction) => unknown;
+
+export interface RollbackOptions {
+  /** Roll back to this checkpoint (default: the unfinished rollback, else the recommendation). */
+  toCheckpointId?: string;
+  full?: boolean;
+  /** Delete the rolled-back checkpoints (default true), so a later resume starts from the target. */
+  prune?: boolean;
+}
+
+/** What {@link Workflow.rollback} did. */
+export interface RollbackOutcome {
+  rollbackId: string;
+  toCheckpointId?: string;
+  full: boolean;
+  /** The actions the handler ran in this call, in order. */
+  ran: RollbackAction[];
+  progress: RollbackProgress;
+  pruned: number;
+}
+
+/**
+ * A rollback handler threw for `action`: the failure is recorded (`compensation/done` with `ok:
+ * false`) and the rollback stops there, unfinished; the next `wf.rollback` runs that action again.
+ */
+export class RollbackFailedError extends Error {
+  readonly action: RollbackAction;
+  readonly rollbackId: string;
+  constructor(action: RollbackAction, cause: unknown, rollbackId: string) {
+    super(`compensation ${action.compensationId} (${action.description}) failed: ${describe(cause)}`, { cause });
+    this.name = "RollbackFailedError";
+    this.action = action;
+    this.rollbackId = rollbackId;
+  }
 }
 
 export interface StepOptions {
@@ -188,11 +259,18 @@ export class Workflow<S = unknown> {
   plan: ResumePlan<S> | null = null;
   /** The id of the last checkpoint saved or resumed from (the next save's `parentId`). */
   lastCheckpointId: string | undefined;
+  /** The classification of the last completed step's validation (or the resumed checkpoint's). */
+  lastValidation: ValidationResult | null = null;
+  /** Where to roll back to: set by a failed validation (with `rollbackOnFailure`). */
+  recommendation: Recommendation | null = null;
+  /** The rollbackId of an unfinished rollback `resume()` found. */
+  unfinishedRollback: string | null = null;
 
   private readonly client: Client;
   private readonly retryableErrors: readonly ErrorClass[];
   private readonly metadata: JsonObject | undefined;
   private readonly signals: ReadonlySet<NodeJS.Signals>;
+  private readonly initialState: S | undefined;
   private completed: unknown[] = [];
   private pending: unknown[] = [];
   private doneKeys = new Set<string>();
@@ -208,6 +286,15 @@ export class Workflow<S = unknown> {
     this.metadata = options.metadata;
     this.signals = new Set(options.signals ?? ["SIGINT", "SIGTERM"]);
     this.state = options.initialState;
+    this.initialState = options.initialState;
+  }
+
+  /**
+   * True when the last step's validation failed and its rules roll back on failure, or when
+   * `resume()` found a rollback that did not finish: call {@link rollback}.
+   */
+  get rollbackRecommended(): boolean {
+    return this.recommendation !== null || this.unfinishedRollback !== null;
   }
 
   /** The step to start at: the plan's `startStep`, or 0. */
@@ -258,11 +345,15 @@ export class Workflow<S = unknown> {
     } catch (e) {
       if (e instanceof CheckpointNotFoundError && checkpointId === undefined) {
         this.plan = null;
+        this.noteValidation(undefined);
+        this.unfinishedRollback = null;
         return null;
       }
       throw e;
     }
     this.plan = plan;
+    this.noteValidation(plan.validation);
+    this.unfinishedRollback = plan.rollback?.rollbackId ?? null;
     if (plan.stateType !== "none") this.state = plan.state;
     this.setTasks(plan.completedTasks ?? [], plan.pendingTasks ?? []);
     this.lastCheckpointId = plan.checkpointId;
@@ -299,9 +390,10 @@ export class Workflow<S = unknown> {
     if (!Number.isSafeInteger(index) || index < 0) throw new RangeError(`step: index must be an integer ≥ 0, got ${index}`);
     const input = snapshot(this.state);
     const meta = options.metadata !== undefined ? { metadata: options.metadata } : {};
-    await this.save({ phase: "before_step", step: index, stepName: name, ...input, ...meta });
+    const before = await this.save({ phase: "before_step", step: index, stepName: name, ...input, ...meta });
 
     const controller = new AbortController();
+    let validation: ValidationParams | undefined;
     const ctx: StepContext<S> = {
       state: this.state,
       name,
@@ -309,6 +401,23 @@ export class Workflow<S = unknown> {
       retry: this.plan !== null && this.plan.retry && this.plan.startStep === index,
       signal: controller.signal,
       workflow: this,
+      validate: (confidence, opts = {}) => {
+        validation = {
+          confidence,
+          ...(opts.message !== undefined ? { message: opts.message } : {}),
+          ...(opts.details !== undefined ? { details: opts.details } : {}),
+        };
+      },
+      compensate: (action, description, opts = {}) =>
+        this.client.registerCompensation({
+          workflowId: this.workflowId,
+          namespace: this.namespace,
+          checkpointId: before.checkpointId,
+          stepName: name,
+          ...(opts.taskId !== undefined ? { taskId: opts.taskId } : {}),
+          action,
+          description,
+        }),
     };
     let interrupted: Promise<void> | null = null;
     const active: ActiveStep = {
@@ -345,9 +454,82 @@ export class Workflow<S = unknown> {
       await (interrupted as Promise<void>).catch(() => {});
       return value;
     }
-    await this.save({ phase: "completed", step: index, stepName: name, ...snapshot(ctx.state), ...meta });
+    const done = await this.save({
+      phase: "completed",
+      step: index,
+      stepName: name,
+      ...snapshot(ctx.state),
+      ...meta,
+      ...(validation !== undefined ? { validation } : {}),
+    });
     this.state = ctx.state;
+    this.noteValidation(done.validation);
     return value;
+  }
+
+  /**
+   * Rolls the workflow back: `rollback/plan` (the unfinished rollback, else `toCheckpointId` /
+   * `full`, else the recommendation), then `handler(action)` for each compensation still to run,
+   * newest registration first, each marked done durably once the handler resolves; then
+   * `rollback/complete` (`prune`, default true: the rolled-back checkpoints are deleted) and the
+   * target's resume plan is adopted (`startStep`, `state`; from scratch after a full rollback).
+   *
+   * A process killed part-way leaves the rollback unfinished: `resume()` in the next one sets
+   * `rollbackRecommended`, and `rollback(handler)` runs only the actions not marked done (one
+   * whose handler finished just before the kill, before it was marked, runs again: keep handlers
+   * idempotent). A handler that throws stops it with {@link RollbackFailedError}, recorded; the
+   * next call runs that action again.
+   */
+  async rollback(handler: RollbackHandler, options: RollbackOptions & CallOptions = {}): Promise<RollbackOutcome> {
+    const { toCheckpointId, full, prune = true, ...call } = options;
+    const plan = await this.client.rollbackPlan(
+      { workflowId: this.workflowId, namespace: this.namespace, ...this.rollbackTarget(toCheckpointId, full ?? false) },
+      call,
+    );
+    const ran: RollbackAction[] = [];
+    for (const act of plan.actions) {
+      try {
+        await handler(act);
+      } catch (err) {
+        await this.client.compensationDone({ compensationId: act.compensationId, rollbackId: plan.rollbackId, ok: false, error: describe(err) }, call);
+        throw new RollbackFailedError(act, err, plan.rollbackId);
+      }
+      await this.client.compensationDone({ compensationId: act.compensationId, rollbackId: plan.rollbackId, ok: true }, call);
+      ran.push(act);
+    }
+    const done = await this.client.rollbackComplete({ rollbackId: plan.rollbackId, ...(prune ? { prune: true } : {}) }, call);
+    this.unfinishedRollback = null;
+    this.noteValidation(undefined);
+    if (plan.full) {
+      this.plan = null;
+      this.state = this.initialState;
+      this.setTasks([], []);
+      this.lastCheckpointId = undefined;
+    } else if (plan.toCheckpointId !== undefined) {
+      await this.resume({ checkpointId: plan.toCheckpointId, ...call });
+    }
+    return {
+      rollbackId: plan.rollbackId,
+      ...(plan.toCheckpointId !== undefined ? { toCheckpointId: plan.toCheckpointId } : {}),
+      full: plan.full,
+      ran,
+      progress: done.progress,
+      pruned: done.pruned,
+    };
+  }
+
+  /** rollback/plan's target: explicit, else continue the unfinished one, else the recommendation. */
+  private rollbackTarget(toCheckpointId: string | undefined, full: boolean): { toCheckpointId?: string; full?: boolean } {
+    if (toCheckpointId !== undefined) return { toCheckpointId };
+    if (full) return { full: true };
+    const rec = this.recommendation;
+    if (this.unfinishedRollback === null && rec !== null) return rec.kind === "full" ? { full: true } : { toCheckpointId: rec.checkpointId };
+    return {};
+  }
+
+  private noteValidation(v: ValidationResult | undefined): void {
+    this.lastValidation = v ?? null;
+    this.recommendation = v?.recommendation ?? null;
   }
 
   /**

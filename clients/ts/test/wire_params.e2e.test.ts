@@ -44,6 +44,12 @@ import {
   type WorkflowListParams,
   type WorkflowOptions,
   type CompleteParams,
+  type CompensationDoneParams,
+  type RegisterCompensationParams,
+  type RollbackCompleteParams,
+  type RollbackOptions,
+  type RollbackPlanParams,
+  type ValidationParams,
 } from "ckptd";
 import { CkptdSaver } from "ckptd/langgraph";
 
@@ -86,24 +92,36 @@ const clientOptions: Record<ClientMethod, Options> = {
     keys: names<SaveParams>({
       workflowId: true, namespace: true, checkpointId: true, parentId: true, phase: true, step: true, stepName: true,
       error: true, state: true, stateType: true, completedTasks: true, pendingTasks: true, workflowHash: true,
-      metadata: true, sources: true,
+      metadata: true, sources: true, validation: true,
     }),
   },
   load: { arg: 0, keys: names<LoadParams>({ checkpointId: true, workflowId: true, namespace: true }) },
-  list: { arg: 0, keys: names<ListParams>({ workflowId: true, namespace: true, phase: true, metadata: true, before: true, limit: true }) },
+  list: { arg: 0, keys: names<ListParams>({ workflowId: true, namespace: true, phase: true, metadata: true, before: true, limit: true, validation: true }) },
   delete: { arg: 0, keys: names<DeleteParams>({ checkpointId: true, workflowId: true }) },
   prune: { arg: 0, keys: names<PruneParams>({ workflowId: true, keepLast: true, olderThanSeconds: true, dryRun: true }) },
-  configure: { arg: 0, keys: names<ConfigureParams>({ workflowId: true, retention: true, sources: true }) },
+  configure: { arg: 0, keys: names<ConfigureParams>({ workflowId: true, retention: true, sources: true, validation: true, compensation: true }) },
   complete: { arg: 0, keys: names<CompleteParams>({ workflowId: true, preserve: true }) },
   workflows: { arg: 0, keys: names<WorkflowListParams>({ resumableOnly: true }) },
   putWrites: { arg: 0, keys: names<PutWritesParams>({ workflowId: true, namespace: true, checkpointId: true, taskId: true, taskPath: true, writes: true }) },
   resumePlan: {
     arg: 0,
-    keys: names<ResumePlanParams>({ workflowId: true, namespace: true, checkpointId: true, workflowHash: true, force: true, driftAsWarning: true }),
+    keys: names<ResumePlanParams>({
+      workflowId: true, namespace: true, checkpointId: true, workflowHash: true, force: true, driftAsWarning: true, rollback: true,
+      toCheckpointId: true,
+    }),
   },
+  registerCompensation: {
+    arg: 0,
+    keys: names<RegisterCompensationParams>({
+      workflowId: true, namespace: true, checkpointId: true, stepName: true, taskId: true, action: true, description: true,
+    }),
+  },
+  rollbackPlan: { arg: 0, keys: names<RollbackPlanParams>({ workflowId: true, namespace: true, toCheckpointId: true, full: true }) },
+  compensationDone: { arg: 0, keys: names<CompensationDoneParams>({ compensationId: true, rollbackId: true, ok: true, error: true }) },
+  rollbackComplete: { arg: 0, keys: names<RollbackCompleteParams>({ rollbackId: true, prune: true }) },
   stats: null,
-  driftStatus: { arg: 0, keys: names<DriftStatusParams>({ workflowId: true, namespace: true, checkpointId: true }) },
-  driftWatch: { arg: 0, keys: names<DriftWatchParams>({ workflowId: true, namespace: true, checkpointId: true, debounceMs: true }) },
+  driftStatus: { arg: 0, keys: names<DriftStatusParams>({ workflowId: true, namespace: true, checkpointId: true, limits: true }) },
+  driftWatch: { arg: 0, keys: names<DriftWatchParams>({ workflowId: true, namespace: true, checkpointId: true, debounceMs: true, limits: true }) },
   driftUnwatch: { arg: 0, keys: names<DriftUnwatchParams>({ watchId: true }) },
   workflow: {
     arg: 1,
@@ -122,9 +140,10 @@ const workflowOptions: Record<WorkflowMethod, Options> = {
     arg: 0,
     keys: names<Omit<SaveParams, "workflowId" | "namespace">>({
       checkpointId: true, parentId: true, phase: true, step: true, stepName: true, error: true, state: true,
-      stateType: true, completedTasks: true, pendingTasks: true, workflowHash: true, metadata: true, sources: true,
+      stateType: true, completedTasks: true, pendingTasks: true, workflowHash: true, metadata: true, sources: true, validation: true,
     }),
   },
+  rollback: { arg: 1, keys: names<RollbackOptions>({ toCheckpointId: true, full: true, prune: true }) },
   step: { arg: 3, keys: names<StepOptions>({ retryable: true, metadata: true }) },
   layer: { arg: 1, keys: names<LayerParams>({ completedTasks: true, pendingTasks: true, state: true, phase: true, stepName: true, metadata: true }) },
   complete: { arg: 0, keys: names<Omit<Parameters<Workflow["complete"]>[0] & {}, keyof CallOptions>>({ preserve: true }) },
@@ -151,7 +170,8 @@ const saverOptions: Record<SaverMethod, Options> = {
 const nested = {
   error: names<StepError>({ message: true, retryable: true }),
   retention: names<Retention>({ keepLast: true, maxAgeSeconds: true, keepFirst: true, idleTtlSeconds: true }),
-  sources: names<SourcesSpec>({ root: true, include: true, exclude: true, gitignore: true, editorFiles: true }),
+  sources: names<SourcesSpec>({ root: true, include: true, exclude: true, gitignore: true, editorFiles: true, limits: true }),
+  validation: names<ValidationParams>({ confidence: true, message: true, details: true }),
   write: names<Write>({ channel: true, value: true, valueBase64: true, type: true, idx: true }),
 };
 
@@ -306,7 +326,10 @@ describe("the client sends only params the daemon knows", () => {
     const c = await env.start({ args: ["--keep-last", "0"] });
     const info = await c.initialize({ clientName: "wire", events: ["checkpoint/saved", "checkpoint/pruned"] });
     assert.equal(info.serverName, "ckptd");
-    const spec: Required<SourcesSpec> = { root: src, include: ["*.ts"], exclude: ["build"], gitignore: false, editorFiles: true };
+    const spec: Required<SourcesSpec> = {
+      root: src, include: ["*.ts"], exclude: ["build"], gitignore: false, editorFiles: true,
+      limits: { maxFiles: 100000, maxBytes: 1 << 30, timeoutMs: 60000 },
+    };
 
     const r1 = await c.save({
       workflowId: "wf", namespace: "", checkpointId: "c1", phase: "completed", step: 1, stepName: "one",
@@ -330,10 +353,10 @@ describe("the client sends only params the daemon knows", () => {
     const plan = await c.resumePlan({ workflowId: "wf", namespace: "", checkpointId: "c1", workflowHash: "sha256:h", force: true, driftAsWarning: true });
     assert.equal(plan.checkpointId, "c1");
     assert.equal((await c.driftStatus({ workflowId: "wf", namespace: "" })).drifted, false);
-    assert.equal((await c.driftStatus({ checkpointId: "c1" })).checkpointId, "c1");
+    assert.equal((await c.driftStatus({ checkpointId: "c1", limits: { maxFiles: 100000 } })).checkpointId, "c1");
     const w1 = await c.driftWatch({ workflowId: "wf", namespace: "", debounceMs: 20 });
     await c.driftUnwatch({ watchId: w1.watchId });
-    const w2 = await c.driftWatch({ checkpointId: "c1" });
+    const w2 = await c.driftWatch({ checkpointId: "c1", limits: { timeoutMs: 60000 } });
     await c.driftUnwatch({ watchId: w2.watchId });
     const retention: Required<Retention> = { keepLast: 5, maxAgeSeconds: 86400, keepFirst: true, idleTtlSeconds: 86400 };
     assert.equal((await c.configure({ workflowId: "wf", retention, sources: spec })).retention.keepLast, 5);
@@ -350,6 +373,28 @@ describe("the client sends only params the daemon knows", () => {
     assert.equal(((await c.call("checkpoint/list", { workflowId: "raw" })).result as { checkpoints: unknown[] }).checkpoints.length, 0);
     const it = c.notifications({ methods: ["checkpoint/saved"] });
     await it.return?.();
+
+    // Validation checkpoints and the compensation log, every option.
+    const vcfg = await c.configure({
+      workflowId: "wf-saga",
+      validation: { minConfidence: 0.6, warningThreshold: 0.8, rollbackOnFailure: true, steps: { s: { minConfidence: 0.2 } } },
+      compensation: { required: ["write"] },
+    });
+    assert.equal(vcfg.validation?.minConfidence, 0.6);
+    await c.save({ workflowId: "wf-saga", checkpointId: "v1", stepName: "plan", validation: { confidence: 0.9, message: "ok", details: { k: 1 } } });
+    const reg = await c.registerCompensation({
+      workflowId: "wf-saga", namespace: "", checkpointId: "v1", stepName: "write", taskId: "t", action: { kind: "noop" }, description: "nothing",
+    });
+    await c.save({ workflowId: "wf-saga", checkpointId: "v2", stepName: "write", validation: { confidence: 0.1 } });
+    assert.deepEqual((await c.list({ workflowId: "wf-saga", validation: "failed" })).checkpoints.map((x) => x.checkpointId), ["v2"]);
+    assert.equal((await c.resumePlan({ workflowId: "wf-saga", rollback: true })).checkpointId, "v1");
+    assert.equal((await c.resumePlan({ workflowId: "wf-saga", toCheckpointId: "v1" })).rollback?.actions[0]?.compensationId, reg.compensationId);
+    const rb = await c.rollbackPlan({ workflowId: "wf-saga", namespace: "", toCheckpointId: "v1" });
+    assert.equal((await c.compensationDone({ compensationId: reg.compensationId, rollbackId: rb.rollbackId, ok: false, error: "EACCES" })).status, "failed");
+    assert.equal((await c.compensationDone({ compensationId: reg.compensationId, rollbackId: rb.rollbackId, ok: true })).status, "done");
+    assert.equal((await c.rollbackComplete({ rollbackId: rb.rollbackId, prune: true })).pruned, 1);
+    const full = await c.rollbackPlan({ workflowId: "wf-saga", full: true });
+    assert.equal((await c.rollbackComplete({ rollbackId: full.rollbackId })).progress.total, 0);
 
     // The workflow helper, every option.
     const wf = await c.workflow<{ n: number }>("wf-helper", {
@@ -376,6 +421,17 @@ describe("the client sends only params the daemon knows", () => {
     const plan2 = await wf.resume({ checkpointId: "wfh-9", force: true });
     assert.equal(plan2?.checkpointId, "wfh-9");
     await wf.complete({ preserve: true });
+    const wf3 = await c.workflow("wf-saga-helper", { initialState: {} });
+    await wf3.step("a", 0, (s) => s.validate(0.9, { message: "m", details: { d: 1 } }));
+    const good = wf3.lastCheckpointId!;
+    await wf3.step("b", 1, async (s) => {
+      await s.compensate({ kind: "noop" }, "nothing", { taskId: "t" });
+      s.validate(0.1);
+    });
+    assert.ok(wf3.rollbackRecommended);
+    assert.equal((await wf3.rollback(() => undefined, { toCheckpointId: good, prune: false })).toCheckpointId, good);
+    assert.equal((await wf3.rollback(() => undefined, { full: true })).full, true);
+    await wf3.save({ validation: { confidence: 0.5 } });
 
     await c.shutdown();
     await c.close();
@@ -393,6 +449,7 @@ describe("the client sends only params the daemon knows", () => {
     rec.checkNested("error", nested.error);
     rec.checkNested("retention", nested.retention);
     rec.checkNested("sources", nested.sources);
+    rec.checkNested("validation", nested.validation);
     rec.checkNested("writes", nested.write);
   });
 

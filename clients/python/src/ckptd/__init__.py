@@ -11,6 +11,7 @@ from ._common import (
     NO_STATE,
     PROTOCOL_VERSION,
     Checkpoint,
+    CompensationAction,
     ProtocolVersionWarning,
     ResumePlan,
     __version__,
@@ -39,7 +40,7 @@ from .errors import (
     TooLarge,
     WrongEventLoop,
 )
-from .workflow import Step, Workflow
+from .workflow import RollbackFailed, Step, Workflow
 
 __all__ = [
     "__version__",
@@ -51,6 +52,8 @@ __all__ = [
     "AsyncStep",
     "Checkpoint",
     "ResumePlan",
+    "CompensationAction",
+    "RollbackFailed",
     "NO_STATE",
     "DEFAULT_RETRYABLE",
     "find_binary",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import shutil
 import signal
@@ -282,6 +283,7 @@ def save_params(
     sources: Optional[Any],
     state_type: Optional[str],
     max_state_bytes: Optional[int],
+    validation: Optional[Mapping[str, Any]] = None,
 ) -> Tuple[Dict[str, Any], Optional[bytes]]:
     if not isinstance(workflow_id, str):
         raise TypeError("workflow_id must be a str")
@@ -301,6 +303,8 @@ def save_params(
         params["metadata"] = dict(metadata)
     if sources is not None:
         params["sources"] = sources_param(sources)
+    if validation is not None:
+        params["validation"] = validation_param(validation)
     attachment: Optional[bytes] = None
     if state is not NO_STATE:
         attachment, st = encode_state(state, state_type)
@@ -308,6 +312,76 @@ def save_params(
         params["stateAttachment"] = True
         params["stateType"] = st
     return params, attachment
+
+
+def register_params(
+    workflow_id: str,
+    action: Any,
+    description: str,
+    namespace: Optional[str],
+    checkpoint_id: Optional[str],
+    step_name: Optional[str],
+    task_id: Optional[str],
+) -> Dict[str, Any]:
+    if action is None:
+        raise ValueError("a compensation needs an action (the JSON your rollback handler runs)")
+    params: Dict[str, Any] = {"workflowId": workflow_id, "action": action, "description": str(description)}
+    put(params, "namespace", namespace)
+    put(params, "checkpointId", checkpoint_id)
+    put(params, "stepName", step_name)
+    put(params, "taskId", task_id)
+    return params
+
+
+def rollback_plan_params(
+    workflow_id: str, namespace: Optional[str], to_checkpoint_id: Optional[str], full: bool
+) -> Dict[str, Any]:
+    if full and to_checkpoint_id is not None:
+        raise ValueError("give either to_checkpoint_id or full=True, not both")
+    params: Dict[str, Any] = {"workflowId": workflow_id}
+    put(params, "namespace", namespace)
+    put(params, "toCheckpointId", to_checkpoint_id)
+    if full:
+        params["full"] = True
+    return params
+
+
+def rollback_plan_result(result: Any) -> Dict[str, Any]:
+    if isinstance(result, dict):
+        result = dict(result)
+        result["actions"] = [CompensationAction(a) for a in result.get("actions") or []]
+    return result  # type: ignore[no-any-return]
+
+
+def done_params(compensation_id: str, rollback_id: str, ok: bool, error: Optional[str]) -> Dict[str, Any]:
+    params: Dict[str, Any] = {"compensationId": compensation_id, "rollbackId": rollback_id, "ok": bool(ok)}
+    put(params, "error", error)
+    return params
+
+
+def validation_param(validation: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``validation`` param of ``checkpoint/save``: ``{confidence, message?, details?}``, only
+    those names. JSON has no number for NaN and the infinities (``json`` would write the invalid
+    token ``NaN``): they go as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, which the
+    daemon refuses with -32602 naming ``validation.confidence``, like any value outside [0, 1]."""
+    unknown = set(validation) - {"confidence", "message", "details"}
+    if unknown:
+        raise ValueError("validation takes confidence, message and details, not %s" % ", ".join(sorted(unknown)))
+    if "confidence" not in validation:
+        raise ValueError("validation needs a confidence")
+    out: Dict[str, Any] = {"confidence": json_number(validation["confidence"])}
+    if validation.get("message") is not None:
+        out["message"] = str(validation["message"])
+    if validation.get("details") is not None:
+        out["details"] = validation["details"]
+    return out
+
+
+def json_number(v: Any) -> Any:
+    """v for a JSON number field; a float NaN or infinity becomes its name (a string)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
 
 
 def _source(s: Any) -> Any:
@@ -462,6 +536,40 @@ class Checkpoint(Dict[str, Any]):
         return "Checkpoint(%s, state=%s)" % (dict.__repr__(self), _short_repr(self.state))
 
 
+class CompensationAction(Dict[str, Any]):
+    """One action of a rollback (``rollback/plan``'s ``actions``): the raw dict plus accessors.
+    ``action`` is the JSON registered with :meth:`Step.compensate`, for your handler to run."""
+
+    @property
+    def compensation_id(self) -> str:
+        return str(self.get("compensationId", ""))
+
+    @property
+    def action(self) -> Any:
+        return self.get("action")
+
+    @property
+    def description(self) -> str:
+        return str(self.get("description", ""))
+
+    @property
+    def status(self) -> str:
+        return str(self.get("status", ""))
+
+    @property
+    def seq(self) -> int:
+        return int(self.get("seq", 0))
+
+    @property
+    def step_name(self) -> str:
+        return str(self.get("stepName", ""))
+
+    @property
+    def error(self) -> Optional[str]:
+        e = self.get("error")
+        return str(e) if e else None
+
+
 class ResumePlan(Checkpoint):
     """The result of ``resume/plan``: the raw dict plus the decoded ``state`` to continue from."""
 
@@ -480,6 +588,17 @@ class ResumePlan(Checkpoint):
     @property
     def warnings(self) -> List[Dict[str, Any]]:
         return self.get("warnings") or []
+
+    @property
+    def validation(self) -> Optional[Dict[str, Any]]:
+        """The validation saved with the checkpoint, with its ``recommendation``, if any."""
+        return self.get("validation")
+
+    @property
+    def rollback(self) -> Optional[Dict[str, Any]]:
+        """``{rollbackId?, toCheckpointId?, full, actions}``: compensations to run before resuming
+        (asked for with ``rollback=True``, or an unfinished rollback)."""
+        return self.get("rollback")
 
     def should_run(self, index: int) -> bool:
         return index >= self.start_step

@@ -971,6 +971,7 @@ class AsyncClient:
         metadata: Optional[Mapping[str, Any]] = None,
         sources: Optional[C.Sources] = None,
         state_type: Optional[str] = None,
+        validation: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
         params, att = C.save_params(
             workflow_id,
@@ -989,6 +990,7 @@ class AsyncClient:
             sources=sources,
             state_type=state_type,
             max_state_bytes=self._max_state_bytes,
+            validation=validation,
         )
         result, _ = await self._request("checkpoint/save", params, att)
         return result  # type: ignore[no-any-return]
@@ -1010,6 +1012,7 @@ class AsyncClient:
         metadata: Optional[Mapping[str, Any]] = None,
         before: Optional[str] = None,
         limit: Optional[int] = None,
+        validation: Optional[str] = None,
     ) -> List[Dict[str, Any]]:
         params: Dict[str, Any] = {}
         C.put(params, "workflowId", workflow_id)
@@ -1019,6 +1022,7 @@ class AsyncClient:
             params["metadata"] = dict(metadata)
         C.put(params, "before", before)
         C.put(params, "limit", limit)
+        C.put(params, "validation", validation)
         result, _ = await self._request("checkpoint/list", params)
         return C.list_result(result, "checkpoints")
 
@@ -1053,11 +1057,17 @@ class AsyncClient:
         keep_first: Optional[bool] = None,
         idle_ttl_seconds: Optional[int] = None,
         retention: Optional[Mapping[str, Any]] = None,
+        validation: Optional[Mapping[str, Any]] = None,
+        compensation: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
         params: Dict[str, Any] = {"workflowId": workflow_id}
         r = C.retention_param(retention, keep_last, max_age_seconds, keep_first, idle_ttl_seconds)
         if r is not None:
             params["retention"] = r
+        if validation is not None:
+            params["validation"] = dict(validation)
+        if compensation is not None:
+            params["compensation"] = dict(compensation)
         result, _ = await self._request("workflow/configure", params)
         return result  # type: ignore[no-any-return]
 
@@ -1105,6 +1115,8 @@ class AsyncClient:
         workflow_hash: Optional[str] = None,
         force: bool = False,
         drift_as_warning: bool = False,
+        rollback: bool = False,
+        to_checkpoint_id: Optional[str] = None,
     ) -> ResumePlan:
         params: Dict[str, Any] = {"workflowId": workflow_id, "attachment": True}
         C.put(params, "namespace", namespace)
@@ -1114,6 +1126,9 @@ class AsyncClient:
             params["force"] = True
         if drift_as_warning:
             params["driftAsWarning"] = True
+        if rollback:
+            params["rollback"] = True
+        C.put(params, "toCheckpointId", to_checkpoint_id)
         result, att = await self._request("resume/plan", params)
         return ResumePlan(result, att)
 
@@ -1152,6 +1167,51 @@ class AsyncClient:
         self._watch_handlers.pop(str(watch_id), None)
         result, _ = await self._request("drift/unwatch", {"watchId": watch_id})
         return result
+
+    async def register_compensation(
+        self,
+        workflow_id: str,
+        action: Any,
+        description: str,
+        *,
+        namespace: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        step_name: Optional[str] = None,
+        task_id: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """``compensation/register`` (see :meth:`ckptd.Client.register_compensation`)."""
+        result, _ = await self._request(
+            "compensation/register",
+            C.register_params(workflow_id, action, description, namespace, checkpoint_id, step_name, task_id),
+        )
+        return result  # type: ignore[no-any-return]
+
+    async def rollback_plan(
+        self,
+        workflow_id: str,
+        *,
+        namespace: Optional[str] = None,
+        to_checkpoint_id: Optional[str] = None,
+        full: bool = False,
+    ) -> Dict[str, Any]:
+        """``rollback/plan`` (see :meth:`ckptd.Client.rollback_plan`)."""
+        result, _ = await self._request("rollback/plan", C.rollback_plan_params(workflow_id, namespace, to_checkpoint_id, full))
+        return C.rollback_plan_result(result)
+
+    async def compensation_done(
+        self, compensation_id: str, rollback_id: str, ok: bool = True, error: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """``compensation/done`` (see :meth:`ckptd.Client.compensation_done`)."""
+        result, _ = await self._request("compensation/done", C.done_params(compensation_id, rollback_id, ok, error))
+        return result  # type: ignore[no-any-return]
+
+    async def rollback_complete(self, rollback_id: str, *, prune: bool = False) -> Dict[str, Any]:
+        """``rollback/complete`` (see :meth:`ckptd.Client.rollback_complete`)."""
+        params: Dict[str, Any] = {"rollbackId": rollback_id}
+        if prune:
+            params["prune"] = True
+        result, _ = await self._request("rollback/complete", params)
+        return result  # type: ignore[no-any-return]
 
     def workflow(
         self,
@@ -1221,6 +1281,41 @@ class AsyncWorkflow(_WorkflowBase):
     async def drift_status(self) -> Dict[str, Any]:
         return await self.client.drift_status(workflow_id=self.workflow_id, namespace=self.namespace or None)
 
+    async def rollback(
+        self,
+        handler: Any,
+        *,
+        to_checkpoint_id: Optional[str] = None,
+        full: bool = False,
+        prune: bool = True,
+    ) -> Dict[str, Any]:
+        """The async twin of :meth:`ckptd.workflow.Workflow.rollback`; ``handler(action)`` may be
+        a coroutine function."""
+        from .workflow import RollbackFailed
+
+        plan = await self.client.rollback_plan(
+            self.workflow_id, namespace=self.namespace or None, **self._rollback_params(to_checkpoint_id, full)
+        )
+        rid = str(plan["rollbackId"])
+        ran = []
+        for act in plan.get("actions") or []:
+            try:
+                r = handler(act)
+                if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
+                    await r
+            except Exception as e:
+                await self.client.compensation_done(act.compensation_id, rid, ok=False, error=C.error_message(e))
+                raise RollbackFailed(act, e, rid) from e
+            await self.client.compensation_done(act.compensation_id, rid, ok=True)
+            ran.append(act)
+        done = await self.client.rollback_complete(rid, prune=prune)
+        self._rolled_back(plan)
+        if not plan.get("full") and plan.get("toCheckpointId"):
+            p = await self.client.resume_plan(self.workflow_id, checkpoint_id=str(plan["toCheckpointId"]), **self._plan_params())
+            self._apply_plan(p)
+        return {"rollbackId": rid, "toCheckpointId": plan.get("toCheckpointId"), "full": bool(plan.get("full")),
+                "ran": ran, "progress": done.get("progress"), "pruned": done.get("pruned", 0)}
+
 
 class AsyncStep(_StepBase):
     """One step of an :class:`AsyncWorkflow`. SIGTERM during the step (when the running loop
@@ -1229,6 +1324,13 @@ class AsyncStep(_StepBase):
     also save ``interrupted``."""
 
     workflow: AsyncWorkflow
+
+    async def compensate(self, action: Any, description: str = "", *, task_id: Optional[str] = None) -> Dict[str, Any]:
+        """The async twin of :meth:`ckptd.workflow.Step.compensate`."""
+        wf = self.workflow
+        r = await wf.client.register_compensation(wf.workflow_id, action, description, **self._compensation_params(task_id))
+        self.compensations.append(r)
+        return r
 
     async def __aenter__(self) -> "AsyncStep":
         from .workflow import _INPUT

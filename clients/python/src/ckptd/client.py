@@ -926,6 +926,7 @@ class Client:
         metadata: Optional[Mapping[str, Any]] = None,
         sources: Optional[C.Sources] = None,
         state_type: Optional[str] = None,
+        validation: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
         """``checkpoint/save``. ``state`` travels as the frame's attachment: bytes-like states as
         they are (``stateType: bytes``), anything else JSON-encoded once (``stateType: json``);
@@ -948,6 +949,7 @@ class Client:
             sources=sources,
             state_type=state_type,
             max_state_bytes=self._max_state_bytes,
+            validation=validation,
         )
         result, _ = self._request("checkpoint/save", params, att)
         return result  # type: ignore[no-any-return]
@@ -975,6 +977,7 @@ class Client:
         metadata: Optional[Mapping[str, Any]] = None,
         before: Optional[str] = None,
         limit: Optional[int] = None,
+        validation: Optional[str] = None,
     ) -> List[Dict[str, Any]]:
         """``checkpoint/list``: checkpoint summaries, newest first."""
         params: Dict[str, Any] = {}
@@ -985,6 +988,7 @@ class Client:
             params["metadata"] = dict(metadata)
         C.put(params, "before", before)
         C.put(params, "limit", limit)
+        C.put(params, "validation", validation)
         result, _ = self._request("checkpoint/list", params)
         return C.list_result(result, "checkpoints")
 
@@ -1024,12 +1028,21 @@ class Client:
         keep_first: Optional[bool] = None,
         idle_ttl_seconds: Optional[int] = None,
         retention: Optional[Mapping[str, Any]] = None,
+        validation: Optional[Mapping[str, Any]] = None,
+        compensation: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
-        """``workflow/configure``: sets the retention policy. Returns ``{workflowId, retention}``."""
+        """``workflow/configure``: sets the retention policy, and with ``validation``
+        (``{minConfidence?, warningThreshold?, rollbackOnFailure?, steps?}``) and ``compensation``
+        (``{required: [stepName...]}``) the validation and compensation rules. Returns
+        ``{workflowId, retention, validation?, compensation?}``."""
         params: Dict[str, Any] = {"workflowId": workflow_id}
         r = C.retention_param(retention, keep_last, max_age_seconds, keep_first, idle_ttl_seconds)
         if r is not None:
             params["retention"] = r
+        if validation is not None:
+            params["validation"] = dict(validation)
+        if compensation is not None:
+            params["compensation"] = dict(compensation)
         result, _ = self._request("workflow/configure", params)
         return result  # type: ignore[no-any-return]
 
@@ -1081,11 +1094,15 @@ class Client:
         workflow_hash: Optional[str] = None,
         force: bool = False,
         drift_as_warning: bool = False,
+        rollback: bool = False,
+        to_checkpoint_id: Optional[str] = None,
     ) -> ResumePlan:
         """``resume/plan``: where to restart, with the state to continue from. Raises
         :class:`ResumeValidationError` (``.problems``) unless ``force``. Source drift since the
         checkpoint (when it was saved with ``sources``) is a problem, or with
-        ``drift_as_warning`` a warning; the plan's ``drift`` field has the report."""
+        ``drift_as_warning`` a warning; the plan's ``drift`` field has the report. With ``rollback``
+        (or ``to_checkpoint_id``) the plan starts from a rollback's target and its ``rollback``
+        lists the compensations to run first."""
         params: Dict[str, Any] = {"workflowId": workflow_id, "attachment": True}
         C.put(params, "namespace", namespace)
         C.put(params, "checkpointId", checkpoint_id)
@@ -1094,6 +1111,9 @@ class Client:
             params["force"] = True
         if drift_as_warning:
             params["driftAsWarning"] = True
+        if rollback:
+            params["rollback"] = True
+        C.put(params, "toCheckpointId", to_checkpoint_id)
         result, att = self._request("resume/plan", params)
         return ResumePlan(result, att)
 
@@ -1143,6 +1163,60 @@ class Client:
         self._watch_handlers.pop(str(watch_id), None)
         result, _ = self._request("drift/unwatch", {"watchId": watch_id})
         return result
+
+    # -----------------------------------------------------------------------------------------
+    # Compensation log
+
+    def register_compensation(
+        self,
+        workflow_id: str,
+        action: Any,
+        description: str,
+        *,
+        namespace: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        step_name: Optional[str] = None,
+        task_id: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """``compensation/register``: records how to undo a side effect (``action``: JSON your
+        rollback handler runs), durably once it returns; call it before the side effect. Returns
+        ``{compensationId, seq}``."""
+        result, _ = self._request(
+            "compensation/register",
+            C.register_params(workflow_id, action, description, namespace, checkpoint_id, step_name, task_id),
+        )
+        return result  # type: ignore[no-any-return]
+
+    def rollback_plan(
+        self,
+        workflow_id: str,
+        *,
+        namespace: Optional[str] = None,
+        to_checkpoint_id: Optional[str] = None,
+        full: bool = False,
+    ) -> Dict[str, Any]:
+        """``rollback/plan``: begins (or continues: same ``rollbackId``) a rollback; returns
+        ``{rollbackId, toCheckpointId?, full, actions, progress, ...}``, ``actions`` the
+        compensations still to run, newest first (:class:`CompensationAction` each)."""
+        result, _ = self._request("rollback/plan", C.rollback_plan_params(workflow_id, namespace, to_checkpoint_id, full))
+        return C.rollback_plan_result(result)
+
+    def compensation_done(
+        self, compensation_id: str, rollback_id: str, ok: bool = True, error: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """``compensation/done``: records durably that a rollback ran an action (``ok``) or that
+        it failed (``error``). Returns ``{compensationId, status, remaining}``."""
+        result, _ = self._request("compensation/done", C.done_params(compensation_id, rollback_id, ok, error))
+        return result  # type: ignore[no-any-return]
+
+    def rollback_complete(self, rollback_id: str, *, prune: bool = False) -> Dict[str, Any]:
+        """``rollback/complete``: ends a rollback whose actions all ran; ``prune`` deletes the
+        rolled-back checkpoints. Returns ``{rollbackId, progress, pruned}``."""
+        params: Dict[str, Any] = {"rollbackId": rollback_id}
+        if prune:
+            params["prune"] = True
+        result, _ = self._request("rollback/complete", params)
+        return result  # type: ignore[no-any-return]
 
     # -----------------------------------------------------------------------------------------
     # Workflow helper
