@@ -593,6 +593,20 @@ func scanRows(ctx context.Context, tx *rtx, q string, each func(rows *sql.Rows) 
 	if err != nil {
 		return err
 	}
+	return eachRow(ctx, rows, each)
+}
+
+// scanCached is scanRows through tx's connection's prepared statement for q: for queries of a
+// fixed text (no placeholders that vary in number).
+func scanCached(ctx context.Context, tx *rtx, q string, each func(rows *sql.Rows) error, args ...any) error {
+	rows, err := tx.cached(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	return eachRow(ctx, rows, each)
+}
+
+func eachRow(ctx context.Context, rows *sql.Rows, each func(rows *sql.Rows) error) error {
 	defer rows.Close()
 	for rows.Next() {
 		if err := each(rows); err != nil {
