@@ -179,10 +179,13 @@ type badKey struct {
 const maxNamedKey = 128
 
 func (b *badKey) error(prefix string) *jsonrpc2.Error {
+	// The key is repeated as data.field, which JSON carries as UTF-8: a byte that is not
+	// becomes U+FFFD there, so it becomes U+FFFD here too and message and field agree.
 	key := b.key
 	if len(key) > maxNamedKey {
 		key = strings.ToValidUTF8(key[:maxNamedKey], "") + "..."
 	}
+	key = strings.ToValidUTF8(key, "\uFFFD")
 	field := prefix + b.path + key
 	reason := "unknown param " + quote(field)
 	if meant := closestName(b.key, b.shape.names); meant != "" {

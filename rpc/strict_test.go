@@ -108,6 +108,17 @@ func TestDecodeParamsStrict(t *testing.T) {
 		require.Less(t, len(err.Message), 400)
 	})
 
+	t.Run("a key that is not UTF-8 is named as JSON carries it", func(t *testing.T) {
+		err := decodeParams(json.RawMessage("{\"checkpoin\xf4Id\":\"c1\"}"), save())
+		requireUnknownParam(t, err, "checkpoin\uFFFDId", "checkpointId")
+		// and round-tripped through JSON, data.field is still what the message names
+		b, merr := json.Marshal(err.Data)
+		require.NoError(t, merr)
+		var data struct{ Field string }
+		require.NoError(t, json.Unmarshal(b, &data))
+		require.Contains(t, err.Message, data.Field)
+	})
+
 	t.Run("type errors still name their field", func(t *testing.T) {
 		err := decodeParams(json.RawMessage(`{"workflowId":"a","step":"one"}`), save())
 		require.NotNil(t, err)
