@@ -144,15 +144,6 @@ func (c *Codec) endInput(err error) {
 	})
 }
 
-// Buffered reports how many input bytes were read from the stream but not yet returned as
-// requests: more requests may already be waiting.
-func (c *Codec) Buffered() int {
-	if c.src == nil {
-		return 0
-	}
-	return c.src.Buffered()
-}
-
 // Read returns the next request or notification from stream (always the same stream). It
 // returns an error only when the input ends or fails; everything else becomes a request (see
 // Codec).
