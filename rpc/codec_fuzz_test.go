@@ -115,10 +115,10 @@ func FuzzCodec(f *testing.F) {
 			if r.Error != nil && r.Error.Code == 0 {
 				t.Fatalf("error without code: %s", r.body)
 			}
-			if string(r.ID) == `"fuzz-sentinel"` {
-				if string(r.Result) != `{"s":"<&>"}` {
-					t.Fatalf("sentinel answered with %s", r.body)
-				}
+			// Other replies may carry the sentinel's id too: the input may use it, and a frame
+			// whose header swallows the sentinel's is answered (-32004) with the id its body
+			// starts with, which is then the sentinel's.
+			if string(r.ID) == `"fuzz-sentinel"` && string(r.Result) == `{"s":"<&>"}` {
 				answered = true
 			}
 		}
