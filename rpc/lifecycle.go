@@ -31,6 +31,9 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	s.mu.Lock()
 	s.events = want
 	s.mu.Unlock()
+	if want[protocol.NotifySaved] || want[protocol.NotifyPruned] {
+		s.subscribeFeed() // a database shared with other processes: their saves and prunes too
+	}
 	if p.ClientName != "" {
 		s.log.Info("client connected", "client", p.ClientName)
 	}

@@ -72,6 +72,7 @@ type Server struct {
 	mu           sync.Mutex
 	out          io.Writer // the connection's output, once Serve runs
 	events       map[string]bool
+	feed         feedState // other processes' events (rpc/feed.go)
 	closing      bool
 	running      map[string][]*runningCall // by request id (idKey): what $/cancelRequest cancels
 	inflight     sync.WaitGroup

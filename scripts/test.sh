@@ -20,10 +20,41 @@ unformatted=$(gofmt -l $(find . -name '*.go' -not -path './clients/*' -not -path
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 
 echo "== go test -race"
-go test -race -count=1 -timeout 40m ./...
+# The PostgreSQL tests start a throwaway cluster of their own (internal/pgtest); without the
+# server binaries they skip with one line (under CI=true they fail).
+go test -race -count=1 -timeout 40m $(go list ./... | grep -v '/store')
+echo "== storage packages, and the conformance suite's count per backend (store/storetest)"
+storelog=$(mktemp)
+if ! go test -race -count=1 -timeout 40m -v ./store/... >"$storelog" 2>&1; then
+  grep -E -- '^(--- FAIL|FAIL|panic)|Error Trace|Error:|Test:|skipped' -A3 "$storelog" | tail -200
+  rm -f "$storelog"
+  exit 1
+fi
+grep -E 'storetest: [0-9]+ cases|PostgreSQL tests skipped' "$storelog" | sort -u
+grep -E '^ok|^---' "$storelog" | grep -v -- '--- PASS' || true
+rm -f "$storelog"
 
-echo "== storage conformance suite, per backend (store/storetest)"
-go test -count=1 -run '^TestConformance$' -v ./store/... | grep -E 'storetest: [0-9]+ cases'
+# One throwaway PostgreSQL cluster for the client suites (the LangGraph conformance suites run
+# on both backends): its URL is exported as CKPTD_TEST_PG_URL; the cluster stops when this
+# script ends, however it ends (its stdin is a pipe from this shell).
+echo "== throwaway PostgreSQL cluster for the client suites"
+CGO_ENABLED=0 go build -o bin/pgcluster ./internal/pgtest/cmd/pgcluster
+pgenv=$(mktemp)
+rm -f "$pgenv"
+exec 3> >(exec bin/pgcluster -env "$pgenv")
+pgpid=$!
+trap 'exec 3>&-; wait $pgpid 2>/dev/null || true; rm -f "$pgenv"' EXIT
+for _ in $(seq 1 600); do
+  [ -s "$pgenv" ] && break
+  kill -0 "$pgpid" 2>/dev/null || break
+  sleep 0.2
+done
+if [ -s "$pgenv" ]; then
+  set -a; . "$pgenv"; set +a
+  echo "CKPTD_TEST_PG_URL=$CKPTD_TEST_PG_URL"
+elif [ "${CI:-}" = "true" ]; then
+  echo "no PostgreSQL cluster under CI=true"; exit 1
+fi
 
 # Every fuzz target runs for a bounded time (CKPTD_FUZZTIME, default 10s each; the first run also
 # builds the instrumented packages, a few minutes with SQLite). A failure leaves the failing input

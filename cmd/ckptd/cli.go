@@ -49,7 +49,7 @@ func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(
 	if err != nil {
 		return err
 	}
-	if !create {
+	if !create && !isURL(path) {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("no database at %s (use --db PATH)", path)
 		}
@@ -61,13 +61,13 @@ func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(
 		Logger:        log,
 		// A command must not spend its exit compressing a running daemon's fresh saves.
 		NoCompactor: true,
-	})
+	}, create)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if cerr := st.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close %s: %w", path, cerr)
+			err = fmt.Errorf("close %s: %w", displayDB(path), cerr)
 		}
 	}()
 	return f(st)

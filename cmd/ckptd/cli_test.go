@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/postgres"
 	"github.com/ckptd/ckptd/store/sqlite"
 )
 
@@ -141,7 +142,7 @@ type cliDB struct {
 	t    *testing.T
 	dir  string
 	path string
-	st   *sqlite.Store
+	st   store.Backend
 }
 
 // newCLIDB opens (creating) dir/ckptd.db with the given clock (nil: cliStart, one minute per save).
@@ -155,6 +156,21 @@ func newCLIDB(t *testing.T, clock func() time.Time) *cliDB {
 	// CompressInline: the fixtures must be stored the same way whatever the machine's load (the
 	// compactor at Close has a time budget), since goldens show stored sizes and corruption texts.
 	st, err := sqlite.Open(context.Background(), store.Options{Path: db.path, Now: clock, CompressInline: true})
+	require.NoError(t, err)
+	db.st = st
+	t.Cleanup(func() { _ = db.st.Close() })
+	return db
+}
+
+// newPGCLIDB is newCLIDB on a new PostgreSQL database (its URL carries a password, which trust
+// authentication accepts: the output must never show it).
+func newPGCLIDB(t *testing.T, clock func() time.Time) *cliDB {
+	t.Helper()
+	if clock == nil {
+		clock = newCLIClock(cliStart).Now
+	}
+	db := &cliDB{t: t, dir: t.TempDir(), path: pgURL(t)}
+	st, err := postgres.Open(context.Background(), postgres.Options{Options: store.Options{Path: db.path, Now: clock, CompressInline: true}})
 	require.NoError(t, err)
 	db.st = st
 	t.Cleanup(func() { _ = db.st.Close() })
@@ -220,7 +236,13 @@ func cliState(n int) []byte {
 //	wf-done   d-1 completed 0, then the workflow is marked completed (checkpoints kept)
 func standardFixture(t *testing.T) *cliDB {
 	t.Helper()
-	db := newCLIDB(t, nil)
+	return fillStandard(newCLIDB(t, nil))
+}
+
+// fillStandard fills db as standardFixture describes, then closes it.
+func fillStandard(db *cliDB) *cliDB {
+	t := db.t
+	t.Helper()
 	small := []byte(`{"messages":[{"role":"user","content":"hello <world> & all"}]}`)
 	db.save(store.SaveRequest{WorkflowID: "wf-alpha", CheckpointID: "a-1", Phase: store.PhaseBeforeStep, Step: 0,
 		StepName: "fetch", State: small, StateType: store.StateJSON, WorkflowHash: "h-alpha"})

@@ -45,7 +45,7 @@ func TestCrashKillLoop(t *testing.T) {
 	var all []ack
 	totalSent := 0
 	for round := 0; round < kills; round++ {
-		acked, sent := saveUntilKilled(t, db, rng, round)
+		acked, sent := saveUntilKilled(t, db, rng, round, false)
 		totalSent += sent
 		all = append(all, acked...)
 		verifyAcked(t, db, acked, round)
@@ -61,8 +61,10 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// saveUntilKilled streams pipelined saves and SIGKILLs the daemon after a random delay.
-func saveUntilKilled(t *testing.T, db string, rng *rand.Rand, round int) (acked []ack, sent int) {
+// saveUntilKilled streams pipelined saves and SIGKILLs the daemon after a random delay (counted
+// from its first reply when afterFirstReply: a daemon that takes a while to start, as one on a
+// PostgreSQL server does, is then killed mid-save rather than mid-start).
+func saveUntilKilled(t *testing.T, db string, rng *rand.Rand, round int, afterFirstReply bool) (acked []ack, sent int) {
 	cmd := exec.Command(binPath, "--db", db, "--keep-last", "0", "--log-level", "error")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -104,13 +106,20 @@ func saveUntilKilled(t *testing.T, db string, rng *rand.Rand, round int) (acked 
 		}
 	}()
 	readerDone := make(chan struct{})
+	firstReply := make(chan struct{})
 	go func() {
 		defer close(readerDone)
 		r := framing.NewReader(stdout, framing.Limits{})
-		for {
+		for first := true; ; first = false {
 			f, err := r.Next()
 			if err != nil {
+				if first {
+					close(firstReply)
+				}
 				return
+			}
+			if first {
+				close(firstReply)
 			}
 			var m struct {
 				ID     int `json:"id"`
@@ -130,7 +139,15 @@ func saveUntilKilled(t *testing.T, db string, rng *rand.Rand, round int) (acked 
 			acked = append(acked, ack{workflow: s.workflow, checkpointID: m.Result.CheckpointID, sha: m.Result.SHA256, seq: m.Result.Seq, order: round*1_000_000_000 + m.ID})
 		}
 	}()
-	time.Sleep(time.Duration(5+rng.Intn(120)) * time.Millisecond)
+	delay := time.Duration(5+rng.Intn(120)) * time.Millisecond
+	if afterFirstReply {
+		select {
+		case <-firstReply:
+		case <-time.After(30 * time.Second):
+		}
+		delay *= 3 // saves commit over a socket: a longer window lets some be acknowledged
+	}
+	time.Sleep(delay)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 	close(stop)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/framing"
+	"github.com/ckptd/ckptd/internal/pgtest"
 )
 
 // binPath is the ckptd binary built once for the end-to-end tests.
@@ -51,6 +52,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	pgtest.StopShared() // the PostgreSQL tests' throwaway cluster, if one ran
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -50,7 +50,7 @@ func commands() []command {
 		{"drift", "show which source files changed since a workflow's checkpoint", runDrift},
 		{"prune", "delete old checkpoints (--keep-last, --older-than)", runPrune},
 		{"rm", "delete checkpoints, a whole workflow or a LangGraph thread", runRm},
-		{"verify", "check every checkpoint's SHA-256 and SQLite's integrity", runVerify},
+		{"verify", "check every checkpoint's SHA-256 and the database's integrity", runVerify},
 		{"export", "write a workflow to a portable archive", runExport},
 		{"import", "read a workflow from an archive", runImport},
 		{"stats", "database size, counts and largest workflows", runStats},

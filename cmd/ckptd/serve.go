@@ -25,15 +25,19 @@ type globalFlags struct {
 }
 
 func (g *globalFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.db, "db", "", "checkpoint database `path` (default $XDG_STATE_HOME/ckptd/ckptd.db, else ~/.local/state/ckptd/ckptd.db)")
+	fs.StringVar(&g.db, "db", "", "checkpoint database: a SQLite file `path`, or a postgres:// URL (default $CKPTD_DB, else\n$XDG_STATE_HOME/ckptd/ckptd.db, else ~/.local/state/ckptd/ckptd.db)")
 	fs.StringVar(&g.logLevel, "log-level", "info", "stderr log `level`: debug, info, warn, error")
 	fs.StringVar(&g.durability, "durability", "full", "`full`: synchronous=FULL, an acknowledged save survives power loss / OS crash;\nnormal: synchronous=NORMAL, faster, survives a ckptd crash but the last saves may be lost on power loss")
 }
 
-// dbPath resolves --db or the default location.
+// dbPath resolves --db, else $CKPTD_DB (a way to pass a URL with a password without putting
+// it on the command line), else the default location.
 func (g *globalFlags) dbPath(e *env) (string, error) {
 	if g.db != "" {
 		return g.db, nil
+	}
+	if v := e.getenv("CKPTD_DB"); v != "" {
+		return v, nil
 	}
 	if x := e.getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
 		return filepath.Join(x, "ckptd", "ckptd.db"), nil
@@ -161,11 +165,14 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		DefaultRetention: retention,
 		MaxStateBytes:    maxBytes,
 		Logger:           log,
-	})
+	}, true)
 	if err != nil {
+		if isURL(path) { // the backend names the database (without its password)
+			return err
+		}
 		return fmt.Errorf("open %s: %w", path, err)
 	}
-	log.Info("serving", "db", path, "durability", g.durability, "version", version)
+	log.Info("serving", "db", displayDB(path), "durability", g.durability, "version", version)
 	if f, ok := e.stdin.(*os.File); ok && isTerminalFile(f) { // a terminal, not just any character device (/dev/null)
 		log.Warn("stdin is a terminal: ckptd serve is a sidecar that reads JSON-RPC frames (docs/protocol.md); press Ctrl-D to stop, or run 'ckptd help' for the inspection commands")
 	}
@@ -184,7 +191,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	serveErr := srv.Serve(ctx, e.stdin, e.stdout)
 	stopProfiles()
 	if err := st.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
+		return fmt.Errorf("close %s: %w", displayDB(path), err)
 	}
 	if serveErr != nil {
 		// Every acknowledged save is committed, but the connection was not ended by the

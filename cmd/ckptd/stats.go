@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ckptd/ckptd/protocol"
@@ -12,7 +14,8 @@ import (
 
 const statsUsage = `usage: ckptd stats [flags]
 
-Describes the database as a whole: file and WAL sizes, free pages, workflows, checkpoints,
+Describes the database as a whole: its size (SQLite: file and WAL sizes, free pages;
+PostgreSQL: ckptd's tables, the whole database, dead rows, connections), workflows, checkpoints,
 distinct states and their size as saved and as stored (after deduplication and compression),
 LangGraph threads (when there are any), and the largest workflows. --json prints the "db"
 object of the stats RPC plus these.
@@ -40,6 +43,9 @@ type statsReport struct {
 	CompletedWorkflows int              `json:"completedWorkflows"`
 	LargestWorkflows   []statsWorkflow  `json:"largestWorkflows"`
 	LangGraph          statsLangGraph   `json:"langgraph"`
+
+	backend string         // About().Name
+	figures []store.Figure // the backend's own (Health), shown for backends other than SQLite
 }
 
 // statsLangGraph sums the LangGraph threads (lg/* methods; 'ckptd threads' lists them).
@@ -101,6 +107,8 @@ func runStats(ctx context.Context, e *env, args []string) error {
 			ResumableWorkflows: u.ResumableWorkflow,
 			CompletedWorkflows: u.CompletedWorkflow,
 			LargestWorkflows:   []statsWorkflow{},
+			backend:            st.About().Name,
+			figures:            health.Figures,
 		}
 		for _, w := range ws[:min(*top, len(ws))] {
 			rep.LargestWorkflows = append(rep.LargestWorkflows, statsWorkflow{WorkflowID: w.WorkflowID, Count: w.Count,
@@ -123,7 +131,19 @@ func (r statsReport) text(e *env) error {
 	tw := newTable(e.stdout)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("database", r.DB.Path)
-	row("file", fmt.Sprintf("%s (WAL %s, %s free)", fmtBytes(r.DB.SizeBytes), fmtBytes(r.DB.WALBytes), fmtBytes(r.FreeBytes)))
+	if r.backend == "SQLite" {
+		row("file", fmt.Sprintf("%s (WAL %s, %s free)", fmtBytes(r.DB.SizeBytes), fmtBytes(r.DB.WALBytes), fmtBytes(r.FreeBytes)))
+	} else {
+		var figs []string
+		for _, f := range r.figures {
+			v := strconv.FormatInt(f.Value, 10)
+			if strings.HasSuffix(f.Name, "Bytes") {
+				v = fmtBytes(f.Value)
+			}
+			figs = append(figs, f.Name+" "+v)
+		}
+		row("size", fmt.Sprintf("%s (%s)", fmtBytes(r.DB.SizeBytes), strings.Join(figs, ", ")))
+	}
 	row("workflows", fmt.Sprintf("%d (%d resumable, %d completed)", r.DB.Workflows, r.ResumableWorkflows, r.CompletedWorkflows))
 	row("checkpoints", fmt.Sprint(r.DB.Checkpoints))
 	states := fmt.Sprintf("%d distinct, %s as saved, %s stored", r.DB.States, fmtBytes(r.StateBytes), fmtBytes(r.DB.StatesStoredBytes))

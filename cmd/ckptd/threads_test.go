@@ -15,7 +15,13 @@ import (
 // writes, metadata with source and step) plus a thread with only pending writes.
 func lgFixture(t *testing.T) *cliDB {
 	t.Helper()
-	db := newCLIDB(t, nil)
+	return fillLG(newCLIDB(t, nil))
+}
+
+// fillLG fills db as lgFixture does.
+func fillLG(db *cliDB) *cliDB {
+	t := db.t
+	t.Helper()
 	ctx := context.Background()
 	put := func(thread, ns, id, parent, versions, meta string, blobs ...store.LGBlob) {
 		req := store.LGPutRequest{ThreadID: thread, Namespace: ns, CheckpointID: id, ParentID: parent, Type: "json",

@@ -203,12 +203,19 @@ var shared struct {
 // them: func TestMain(m *testing.M) { pgtest.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
+// StopShared stops the shared cluster if a test started one: for a TestMain that cannot use
+// Main (it has its own setup), after m.Run.
+func StopShared() {
 	if shared.c != nil {
 		if err := shared.c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest: stopping the cluster:", err)
 		}
+		shared.c = nil
 	}
-	os.Exit(code)
 }
 
 // Database returns the URL of a new, empty database in the test binary's shared cluster

@@ -312,6 +312,11 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp store.
 			return err
 		}
 	}
+	if sj.ValidationJSON != nil { // part of the content digest above: stored as a save stores it
+		if err := s.insertValidation(ctx, w, rowid, r.Validation.Status, sj.ValidationJSON); err != nil { // store/sqlite/saga.go
+			return err
+		}
+	}
 	for _, wr := range cp.PendingWrites {
 		if wr.TaskID == "" || wr.Channel == "" {
 			return invalid("pendingWrites", "taskId and channel are required")

@@ -58,9 +58,9 @@ func (s *Store) prepareLGPut(req store.LGPutRequest) (*store.LGPrepared, error) 
 		return nil, err
 	}
 	for i, b := range req.Blobs {
-		if b.Type != store.LGEmptyType && s.blobs.keeps(len(b.Data)) {
+		if b.Type != store.LGEmptyType && s.blobs.Keeps(len(b.Data)) {
 			// a copy: b.Data may be part of a larger request buffer
-			s.blobs.add(p.Blobs[i].SHA, bytes.Clone(b.Data))
+			s.blobs.Add(p.Blobs[i].SHA, bytes.Clone(b.Data))
 		}
 	}
 	return p, nil
@@ -289,7 +289,7 @@ func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) er
 		if n.typ == store.LGEmptyType {
 			continue
 		}
-		if raw, ok := r.s.blobs.get(n.sha); ok && int64(len(raw)) == n.size {
+		if raw, ok := r.s.blobs.Get(n.sha); ok && int64(len(raw)) == n.size {
 			r.blobs[[4]string{thread, ns, n.channel, n.version}] = &store.LGBlob{Channel: n.channel, Version: n.version, Type: n.typ, Data: raw}
 			r.bytes += int64(len(raw))
 			continue
@@ -336,7 +336,7 @@ func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) er
 		if err != nil {
 			return err
 		}
-		r.s.blobs.add(n.sha, raw)
+		r.s.blobs.Add(n.sha, raw)
 		r.blobs[[4]string{thread, ns, n.channel, n.version}] = &store.LGBlob{Channel: n.channel, Version: n.version, Type: n.typ, Data: raw}
 		r.bytes += int64(len(raw))
 		delete(missing, id)

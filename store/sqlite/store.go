@@ -86,8 +86,8 @@ type Store struct {
 	walPending atomic.Int64  // approx. bytes written since the last checkpoint
 	lastCommit atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
 	compact    *compactor
-	blobs      *blobCache    // LangGraph channel values by stored SHA-256; nil: off
-	deletes    atomic.Uint64 // checkpoints removed by retention (for background vacuum)
+	blobs      *store.BlobCache // LangGraph channel values by stored SHA-256; nil: off
+	deletes    atomic.Uint64    // checkpoints removed by retention (for background vacuum)
 	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	closeOnce  sync.Once
 	closeErr   error
@@ -165,9 +165,9 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	switch {
 	case opts.BlobCacheBytes == 0:
-		s.blobs = newBlobCache(store.DefaultBlobCacheBytes)
+		s.blobs = store.NewBlobCache(store.DefaultBlobCacheBytes)
 	case opts.BlobCacheBytes > 0:
-		s.blobs = newBlobCache(opts.BlobCacheBytes)
+		s.blobs = store.NewBlobCache(opts.BlobCacheBytes)
 	}
 	if err := s.openConns(ctx, created); err != nil {
 		s.closeConns()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,8 @@ func init() {
 		testCase{"SagaRollbackLifecycle", testSagaRollbackLifecycle},
 		testCase{"SagaRetentionKeepsNeededCompensations", testSagaRetentionKeepsNeededCompensations},
 		testCase{"SagaRetentionKeepsRollbackTargets", testSagaRetentionKeepsRollbackTargets},
+		testCase{"SagaValidationExportImport", testSagaValidationExportImport},
+		testCase{"SagaTwoBackendsOneDatabase", testSagaTwoBackendsOneDatabase},
 	)
 }
 
@@ -567,4 +570,152 @@ func testSagaRetentionKeepsRollbackTargets(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.Deleted)
 	assert.Equal(t, []string{"c10", "c7"}, left())
+}
+
+// TestSagaValidationExportImport: an archive carries each checkpoint's validation and the
+// workflow's saga config; the imported checkpoints are what a failed validation's rollback
+// recommendation chooses among, as they were at the source.
+func testSagaValidationExportImport(t *testing.T, h *harness) {
+	ctx := context.Background()
+	src := h.db(t)
+	v := &store.Validation{Status: "warning", Confidence: 0.8, Min: 0.7, Warning: 0.85, Message: "close",
+		Details: json.RawMessage(`{"checks": [1, 2]}`)}
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c1", State: []byte(`{}`), Validation: validated("passed", 0.9)})
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c2", State: []byte(`{}`)})
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c3", State: []byte(`{}`), Validation: v})
+	mustSave(t, src, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c4", Validation: validated("failed", 0.1)})
+	require.NoError(t, src.SetSagaConfig(ctx, "wf", store.SagaConfig{Validation: json.RawMessage(`{"minConfidence": 0.7}`)}))
+	rec, cps := exportAll(t, src, "wf")
+	require.Len(t, cps, 4)
+	require.NotNil(t, cps[2].Validation)
+	assert.Equal(t, "close", cps[2].Validation.Message)
+
+	dst := h.db(t)
+	res, err := dst.Import(ctx, rec, seqOf(cps), store.ImportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Imported)
+	_, again := exportAll(t, dst, "wf")
+	assert.Equal(t, cps, again, "validations survive the round trip")
+	want, err := src.ValidationHistory(ctx, "wf", "", 0, 10)
+	require.NoError(t, err)
+	got, err := dst.ValidationHistory(ctx, "wf", "", 0, 10)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Len(t, got, 3)
+	sms, err := dst.List(ctx, store.ListFilter{Validation: "failed"})
+	require.NoError(t, err)
+	require.Len(t, sms, 1)
+	assert.Equal(t, "c4", sms[0].CheckpointID)
+	cfg, err := dst.SagaConfig(ctx, "wf")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"minConfidence": 0.7}`, string(cfg.Validation))
+
+	// a repeated save of an imported validated checkpoint is idempotent; another validation conflicts
+	r, err := dst.Save(ctx, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c3", State: []byte(`{}`), Validation: v})
+	require.NoError(t, err)
+	assert.True(t, r.Existing)
+	_, err = dst.Save(ctx, store.SaveRequest{WorkflowID: "wf", CheckpointID: "c3", State: []byte(`{}`)})
+	assert.ErrorIs(t, err, store.ErrConflict)
+}
+
+// TestSagaTwoBackendsOneDatabase: two backends on one database (two ckptd processes) save and
+// register compensations for one workflow at once: registration seqs are 1..n without a gap or
+// a repeat, each follows the checkpoint its caller saved before (AfterSeq), and AfterSeq never
+// goes back in registration order. Rollbacks begun from both at once: one begins, the others
+// get it; progress marked from both is kept, and completing it with prune from either removes
+// what it ran.
+func testSagaTwoBackendsOneDatabase(t *testing.T, h *harness) {
+	ctx := context.Background()
+	first := h.db(t, func(o *Options) { o.Durability = store.DurabilityNormal })
+	stores := []store.Backend{first, h.reopen(t, first, func(o *Options) { o.Durability = store.DurabilityNormal })}
+	const goroutines, per = 4, 15
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	savedBefore := map[string]int64{} // compensation id -> seq of the save its caller made first
+	errs := make(chan error, goroutines*per*2)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(s store.Backend, g int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				res, err := s.Save(ctx, store.SaveRequest{WorkflowID: "wf", State: []byte(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))})
+				if err != nil {
+					errs <- err
+					return
+				}
+				c, err := s.RegisterCompensation(ctx, store.CompensationRequest{WorkflowID: "wf", StepName: fmt.Sprint("s", g),
+					Action: json.RawMessage(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				savedBefore[c.CompensationID] = res.Seq
+				mu.Unlock()
+			}
+		}(stores[g%2], g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	cs, err := stores[1].Compensations(ctx, "wf", "", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, cs, goroutines*per)
+	for i, c := range cs {
+		require.Equal(t, int64(i+1), c.Seq, "registration seqs are 1..n")
+		require.GreaterOrEqual(t, c.AfterSeq, savedBefore[c.CompensationID], "registered after its caller's save")
+		if i > 0 {
+			require.GreaterOrEqual(t, c.AfterSeq, cs[i-1].AfterSeq, "AfterSeq follows registration order")
+		}
+	}
+
+	type begun struct {
+		r     store.Rollback
+		began bool
+		err   error
+	}
+	out := make(chan begun, 6)
+	for i := 0; i < cap(out); i++ {
+		wg.Add(1)
+		go func(s store.Backend) {
+			defer wg.Done()
+			r, b, err := s.BeginRollback(ctx, "wf", "", "", 0)
+			out <- begun{r, b, err}
+		}(stores[i%2])
+	}
+	wg.Wait()
+	close(out)
+	var id string
+	n := 0
+	for b := range out {
+		require.NoError(t, b.err)
+		if b.began {
+			n++
+		}
+		if id == "" {
+			id = b.r.RollbackID
+		}
+		require.Equal(t, id, b.r.RollbackID, "one unfinished rollback")
+		require.Equal(t, int64(goroutines*per), b.r.MaxSeq)
+	}
+	require.Equal(t, 1, n, "exactly one begins")
+
+	for i, c := range cs {
+		wg.Add(1)
+		go func(s store.Backend, c store.Compensation) {
+			defer wg.Done()
+			if _, err := s.MarkCompensation(ctx, c.CompensationID, id, store.CompensationDone, ""); err != nil {
+				t.Error(err)
+			}
+		}(stores[i%2], c)
+	}
+	wg.Wait()
+	_, pruned, err := stores[1].CompleteRollback(ctx, id, true)
+	require.NoError(t, err)
+	assert.Len(t, pruned, goroutines*per, "a full rollback prunes every checkpoint")
+	left, err := stores[0].Compensations(ctx, "wf", "", 0, 0)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the compensations it ran went with it")
 }

@@ -60,6 +60,37 @@ def child_env() -> dict:
     return env
 
 
+_PG_MISSING = (
+    "CKPTD_TEST_PG_URL is not set: the PostgreSQL tests need a throwaway cluster. ./scripts/test.sh "
+    "starts one (go run ./internal/pgtest/cmd/pgcluster -env FILE, then source FILE)."
+)
+
+
+@pytest.fixture(scope="session")
+def pg_base_url() -> str:
+    """The URL of the test run's PostgreSQL database (CKPTD_TEST_PG_URL). Without one the test
+    skips, or fails under CI=true."""
+    url = os.environ.get("CKPTD_TEST_PG_URL", "")
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail(_PG_MISSING + " (CI=true: required)", pytrace=False)
+        pytest.skip(_PG_MISSING)
+    return url
+
+
+def pg_schema_url(base: str) -> str:
+    """A URL of ``base`` in a schema of its own: a fresh, empty ckptd database."""
+    import uuid
+
+    sep = "&" if "?" in base else "?"
+    return "%s%sckptd_schema=t_%s" % (base, sep, uuid.uuid4().hex[:16])
+
+
+@pytest.fixture
+def pg_url(pg_base_url: str) -> str:
+    return pg_schema_url(pg_base_url)
+
+
 # --- LangGraph test groups ----------------------------------------------------------------------
 # Without LangGraph installed, each group below is left out of the run and reported in one line
 # at the end (instead of a skip line per test). CKPTD_REQUIRE_LANGGRAPH=1 or CI=true keeps them in,

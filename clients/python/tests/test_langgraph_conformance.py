@@ -1,6 +1,7 @@
 """LangGraph's official checkpointer conformance suite (``langgraph-checkpoint-conformance``) against
 ``ckptd.langgraph.CkptdSaver``: every capability the installed suite knows (base and extended) must
-be detected and pass, nothing skipped. A fresh daemon and database per capability suite.
+be detected and pass, nothing skipped, on SQLite and on PostgreSQL (the run's throwaway cluster,
+CKPTD_TEST_PG_URL). A fresh daemon and database per capability suite.
 
 Also runs the suite against the reference savers of ``langgraph-checkpoint-sqlite`` and prints their
 reports (the sync ``SqliteSaver`` has no async methods, which the suite calls, so it is measured
@@ -65,8 +66,13 @@ def _print(report: Any) -> None:
             print("    ... %d more failures" % (len(r.failures) - 2))
 
 
-def test_conformance_ckptd_saver(ckptd_bin: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_conformance_ckptd_saver(ckptd_bin: str, tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     require("langgraph.checkpoint.conformance", "ckptd.langgraph")
+    if backend == "postgres":
+        from conftest import pg_schema_url
+
+        base = request.getfixturevalue("pg_base_url")
     from langgraph.checkpoint.conformance import checkpointer_test, validate
     from langgraph.checkpoint.conformance.capabilities import (
         BASE_CAPABILITIES,
@@ -78,11 +84,12 @@ def test_conformance_ckptd_saver(ckptd_bin: str, tmp_path: Path) -> None:
 
     dbs = []
 
-    @checkpointer_test(name="CkptdSaver")
+    @checkpointer_test(name="CkptdSaver (%s)" % backend)
     async def ckptd_saver() -> Any:
-        db = tmp_path / ("suite-%d.db" % len(dbs))  # a fresh database per capability suite
+        # a fresh database per capability suite: a file, or a schema of the test database
+        db = str(tmp_path / ("suite-%d.db" % len(dbs))) if backend == "sqlite" else pg_schema_url(base)
         dbs.append(db)
-        saver = CkptdSaver(db=str(db), binary=ckptd_bin)
+        saver = CkptdSaver(db=db, binary=ckptd_bin)
         try:
             yield saver
         finally:

@@ -1,7 +1,8 @@
 """Validation checkpoints and the compensation log through the real daemon: classification,
 the list filter, -32602 for NaN, required compensations, a rollback killed half-way and resumed
 (each action exactly once, in reverse registration order), the async helper, and
-examples/saga_rollback.py."""
+examples/saga_rollback.py. Every test that stores something runs on SQLite and on PostgreSQL
+(a fresh schema of the run's throwaway cluster, CKPTD_TEST_PG_URL)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,18 @@ import pytest
 
 import ckptd
 from ckptd import _common as C
-from conftest import CLIENT_ROOT, HERE, child_env
+from conftest import CLIENT_ROOT, HERE, child_env, pg_schema_url
 
 EXAMPLE = CLIENT_ROOT / "examples" / "saga_rollback.py"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database of one test (conftest's client uses it too): a SQLite file, or a PostgreSQL
+    URL of a schema of its own (skips without the run's cluster, fails under CI=true)."""
+    if request.param == "postgres":
+        return pg_schema_url(request.getfixturevalue("pg_base_url"))
+    return str(tmp_path / "ckptd.db")
 
 
 def test_validation_param_is_json() -> None:
@@ -113,8 +123,8 @@ def read_log(log: Path) -> List[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def test_rollback_killed_half_way_resumes_each_action_exactly_once(ckptd_bin: str, tmp_path: Path) -> None:
-    db = str(tmp_path / "rb.db")
+def test_rollback_killed_half_way_resumes_each_action_exactly_once(ckptd_bin: str, db_path: str, tmp_path: Path) -> None:
+    db = db_path
     out = tmp_path / "out"
     out.mkdir()
     log = tmp_path / "undo.log"
@@ -211,9 +221,9 @@ def test_async_workflow_rollback(ckptd_bin: str, db_path: str, tmp_path: Path) -
     assert (tmp_path / "a0").exists() and not (tmp_path / "a1").exists()
 
 
-def test_example_saga_rollback(ckptd_bin: str, tmp_path: Path) -> None:
+def test_example_saga_rollback(ckptd_bin: str, db_path: str, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, str(EXAMPLE), "--db", str(tmp_path / "saga.db"), "--out", str(out), "--binary", ckptd_bin],
+    r = subprocess.run([sys.executable, str(EXAMPLE), "--db", db_path, "--out", str(out), "--binary", ckptd_bin],
                        capture_output=True, text=True, timeout=120, env=child_env())
     assert r.returncode == 0, (r.stdout, r.stderr)
     lines = r.stdout.splitlines()

@@ -67,7 +67,10 @@ const CLIENT_NAME = "ckptd-ts";
 const isWindows = process.platform === "win32";
 
 export interface ClientOptions {
-  /** The database path (`--db`); default: ckptd's own default location. */
+  /**
+   * The database: a file path (`--db`), or a `postgres://` URL, which reaches the daemon in its
+   * environment (`CKPTD_DB`), never on its command line. Default: ckptd's own default location.
+   */
   db?: string;
   /** The ckptd binary (path, or a name looked up on PATH). Default: `$CKPTD_PATH`, then `ckptd` on PATH. */
   binary?: string;
@@ -408,10 +411,14 @@ export class Client extends EventEmitter<ClientEvents> {
    */
   static async start(options: ClientOptions = {}): Promise<Client> {
     const binary = findBinary({ binary: options.binary, env: options.env });
-    const args = [...(options.db !== undefined ? ["--db", options.db] : []), ...(options.args ?? [])];
+    // A database URL may hold a password: it goes to the daemon in its environment (CKPTD_DB),
+    // never on its command line, which every user of the machine can read.
+    const url = options.db !== undefined && isDatabaseURL(options.db);
+    const args = [...(options.db !== undefined && !url ? ["--db", options.db] : []), ...(options.args ?? [])];
+    const env = url ? { ...(options.env ?? process.env), CKPTD_DB: options.db } : (options.env ?? process.env);
     const child = spawn(binary, args, {
       stdio: ["pipe", "pipe", "pipe"],
-      env: options.env ?? process.env,
+      env,
       cwd: options.cwd,
       // Own process group: a terminal's Ctrl-C goes to the agent, which can still save an
       // `interrupted` checkpoint before the daemon stops; the daemon exits on stdin EOF.
@@ -890,4 +897,9 @@ export class Client extends EventEmitter<ClientEvents> {
     if (options.retention !== undefined) await this.configure({ workflowId, retention: options.retention });
     return new Workflow<S>(this, workflowId, options);
   }
+}
+
+/** Whether a `db` option names a PostgreSQL database (`postgres://` or `postgresql://`). */
+export function isDatabaseURL(db: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(db);
 }

@@ -171,6 +171,15 @@ def _not_found_message(searched: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+#: The daemon reads a database URL from this variable when it has no ``--db``.
+ENV_DB = "CKPTD_DB"
+
+
+def is_db_url(db: Optional[Union[str, "os.PathLike[str]"]]) -> bool:
+    """Whether ``db`` names a PostgreSQL database (``postgres://`` or ``postgresql://``)."""
+    return isinstance(db, str) and db[:13].lower().startswith(("postgres://", "postgresql://"))
+
+
 #: The newest protocolVersion this client knows (docs/protocol.md).
 PROTOCOL_VERSION = 1
 
@@ -195,11 +204,23 @@ def check_protocol_version(result: Any) -> None:
 
 
 def build_argv(binary: str, db: Optional[Union[str, "os.PathLike[str]"]], args: Iterable[str]) -> List[str]:
+    """The daemon's command line. A database URL is not on it (it may hold a password, and a
+    command line is visible to every user of the machine): :func:`spawn_env` passes it."""
     argv = [binary]
-    if db is not None:
+    if db is not None and not is_db_url(db):
         argv += ["--db", os.fspath(db)]
     argv.extend(str(a) for a in args)
     return argv
+
+
+def spawn_env(db: Optional[Union[str, "os.PathLike[str]"]], env: Optional[Mapping[str, str]]) -> Optional[Dict[str, str]]:
+    """The daemon's environment: ``env`` (``None``: this process's), plus ``CKPTD_DB`` when ``db``
+    is a database URL."""
+    if not is_db_url(db):
+        return dict(env) if env is not None else None
+    out = dict(env if env is not None else os.environ)
+    out[ENV_DB] = str(db)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ class AsyncClient:
         self.unmatched_errors: List[CkptdError] = []
         #: The daemon's process id (the latest one's, once the client has started one).
         self.pid: Optional[int] = None
-        self._env = dict(env) if env is not None else None
+        self._env = C.spawn_env(db, env)
         self._cwd = cwd if cwd is not None else _getcwd()
         self._initialize = initialize
         self._handlers: List[NotificationHandler] = []

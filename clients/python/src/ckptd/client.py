@@ -205,7 +205,9 @@ class Client:
     reader thread reads whenever no call is in progress (notifications, the daemon's exit). Use
     as a context manager, or call :meth:`close`; live clients are also closed at interpreter exit.
 
-    :param db: database path (``--db``); ``None`` lets the daemon use its default.
+    :param db: database path (``--db``), or a ``postgres://`` URL (passed to the daemon in its
+        environment as ``CKPTD_DB``, never on its command line); ``None`` lets the daemon use its
+        default.
     :param binary: the ckptd executable; default ``$CKPTD_PATH``, else the binary shipped in
         this package (platform wheels), else ``ckptd`` on ``PATH`` (see :func:`find_binary`).
     :param args: extra command-line arguments (e.g. ``["--durability", "normal"]``).
@@ -258,7 +260,7 @@ class Client:
 
         self._client_name = client_name
         self._initialize = initialize
-        self._env = dict(env) if env is not None else None
+        self._env = C.spawn_env(db, env)
         # A forked process starts its daemon where this one starts (a relative --db then names
         # the same file), even if it changed directory since.
         self._spawn_cwd = cwd if cwd is not None else _getcwd()

@@ -134,7 +134,7 @@ def _thread_id(config: RunnableConfig) -> str:
 class CkptdSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver that stores checkpoints in ckptd.
 
-    :param db: database path for the ckptd daemon this saver starts (``--db``).
+    :param db: database path (``--db``) or ``postgres://`` URL for the ckptd daemon this saver starts.
     :param binary: the ckptd executable (default ``$CKPTD_PATH``, else the binary shipped in the
         package, else ``ckptd`` on ``PATH``).
     :param client: an existing :class:`ckptd.Client` to use instead of starting a daemon; the saver

@@ -5,7 +5,10 @@ import { Client, type ClientOptions } from "ckptd";
 
 import { ckptdPath, tempDir } from "./helpers.js";
 
-/** A temporary database directory and a way to start clients on it. */
+/**
+ * A temporary database directory and a way to start clients on it; db, if given, picks the
+ * database from that directory (default: ckptd.db in it; a postgres:// URL also works).
+ */
 export class Env {
   readonly dir: string;
   readonly db: string;
@@ -13,11 +16,11 @@ export class Env {
   private readonly clients: Client[] = [];
   private readonly cleanupDir: () => void;
 
-  constructor() {
+  constructor(db?: (dir: string) => string) {
     this.binary = ckptdPath();
     const t = tempDir("ckptd-ts-e2e-");
     this.dir = t.dir;
-    this.db = join(t.dir, "ckptd.db");
+    this.db = db ? db(t.dir) : join(t.dir, "ckptd.db");
     this.cleanupDir = t.cleanup;
   }
 

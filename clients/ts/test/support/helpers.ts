@@ -71,3 +71,16 @@ export async function waitFor<T>(fn: () => T | Promise<T>, timeoutMs = 5000, wha
     await sleep(10);
   }
 }
+
+let pgSchemas = 0;
+
+/**
+ * A URL of a fresh, empty ckptd database on the run's PostgreSQL cluster (a schema of its own
+ * in `CKPTD_TEST_PG_URL`, which ./scripts/test.sh sets), or undefined without one.
+ */
+export function pgSchemaURL(): string | undefined {
+  const base = process.env["CKPTD_TEST_PG_URL"] ?? "";
+  if (base === "") return undefined;
+  const schema = `t_${process.pid}_${Date.now().toString(36)}_${pgSchemas++}`;
+  return `${base}${base.includes("?") ? "&" : "?"}ckptd_schema=${schema}`;
+}

@@ -1,0 +1,362 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Advisory lock keys. Migrations take a session lock of the two-int form (classid, objid);
+// writers take transaction locks of the bigint form, which PostgreSQL keeps apart from it.
+const (
+	lockClass   = 0x636b7074 // "ckpt"
+	lockMigrate = 1
+)
+
+// migrations[i] brings the schema from version i to i+1, in one transaction recorded in
+// schema_migrations. Append only: never edit a released step. Every text column that is
+// compared or ordered uses the "C" collation: byte order, as SQLite's, whatever the database's
+// locale (LangGraph checkpoint ids sort by their bytes).
+var migrations = []struct {
+	description string
+	sql         string
+}{
+	{"core: workflows, deduplicated states, checkpoints, metadata index, pending writes", `
+CREATE TABLE workflows (
+	workflow_id  text COLLATE "C" PRIMARY KEY,
+	next_seq     bigint NOT NULL DEFAULT 1,
+	created_at   timestamptz NOT NULL,
+	updated_at   timestamptz NOT NULL,  -- last save
+	completed_at timestamptz,           -- NULL: not completed
+	retention    jsonb,                 -- store.Retention, NULL: the server's default
+	config       text                   -- JSON object (sources: the workflow's configured sources)
+);
+
+-- State bytes, stored once per SHA-256 of the raw state, counting the checkpoints that refer to
+-- them (several processes save and delete at once: the row's lock orders them).
+CREATE TABLE states (
+	hash        bytea PRIMARY KEY,      -- SHA-256 of the raw state
+	encoding    smallint NOT NULL,      -- store.EncRaw, EncZstd, EncZstdChunked
+	size        bigint NOT NULL,        -- raw size
+	stored_size bigint NOT NULL,        -- length(data)
+	refs        bigint NOT NULL,        -- checkpoints referring to it; the row goes at 0
+	data        bytea NOT NULL
+);
+ALTER TABLE states ALTER COLUMN data SET STORAGE EXTERNAL;  -- compressed already: no pglz
+CREATE INDEX states_unreferenced ON states (hash) WHERE refs <= 0;
+
+CREATE TABLE checkpoints (
+	id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- save order
+	checkpoint_id   text COLLATE "C" NOT NULL UNIQUE,
+	workflow_id     text COLLATE "C" NOT NULL,
+	namespace       text COLLATE "C" NOT NULL,
+	seq             bigint NOT NULL,
+	parent_id       text,
+	phase           text NOT NULL,
+	step            bigint NOT NULL,
+	step_name       text,
+	error           text,               -- {"message","retryable"} or NULL
+	state_type      text NOT NULL,      -- json | bytes | none
+	state_hash      bytea,              -- states.hash, NULL for none
+	size            bigint NOT NULL,
+	stored_size     bigint NOT NULL,
+	dedup           boolean NOT NULL,   -- the state was already stored at save time
+	completed_count integer NOT NULL,
+	pending_count   integer NOT NULL,
+	workflow_hash   text,
+	created_at      timestamptz NOT NULL,
+	format_version  integer NOT NULL,
+	content_hash    bytea NOT NULL,     -- idempotency digest over every saved field
+	metadata        bytea,              -- JSON object as sent
+	completed_tasks bytea,              -- JSON array as sent
+	pending_tasks   bytea               -- JSON array as sent
+);
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints (workflow_id, seq);
+CREATE INDEX checkpoints_wf_ns_seq ON checkpoints (workflow_id, namespace, seq);
+CREATE INDEX checkpoints_ns_id ON checkpoints (namespace, id);
+CREATE INDEX checkpoints_phase_id ON checkpoints (phase, id);
+CREATE INDEX checkpoints_state ON checkpoints (state_hash);
+
+-- Top-level metadata keys for exact-match filters; value is canonical compact JSON.
+CREATE TABLE checkpoint_meta (
+	key   text COLLATE "C" NOT NULL,
+	value text COLLATE "C" NOT NULL,
+	ckpt  bigint NOT NULL,  -- checkpoints.id
+	PRIMARY KEY (key, value, ckpt)
+);
+CREATE INDEX checkpoint_meta_ckpt ON checkpoint_meta (ckpt);
+
+CREATE TABLE writes (
+	checkpoint_id text COLLATE "C" NOT NULL,
+	task_id       text COLLATE "C" NOT NULL,
+	idx           bigint NOT NULL,
+	workflow_id   text COLLATE "C" NOT NULL,
+	namespace     text NOT NULL,
+	channel       text NOT NULL,
+	type          text,
+	task_path     text NOT NULL,
+	is_bytes      boolean NOT NULL,
+	value         bytea,
+	PRIMARY KEY (checkpoint_id, task_id, idx)
+);
+CREATE INDEX writes_workflow ON writes (workflow_id);
+`},
+	{"LangGraph channel storage: checkpoints, channel values, pending writes, metadata index", `
+CREATE TABLE lg_checkpoints (
+	id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- storage order (ties in lg/list)
+	thread_id        text COLLATE "C" NOT NULL,
+	namespace        text COLLATE "C" NOT NULL,
+	checkpoint_id    text COLLATE "C" NOT NULL,
+	parent_id        text COLLATE "C",
+	created_at       timestamptz NOT NULL,
+	channel_versions text NOT NULL,     -- JSON object channel -> version, as sent
+	metadata         bytea,             -- JSON object as sent
+	type             text NOT NULL,     -- serializer tag of data
+	encoding         smallint NOT NULL, -- store.EncRaw or EncS2
+	size             bigint NOT NULL,   -- raw size
+	sha256           bytea NOT NULL,    -- of data as stored
+	data             bytea NOT NULL
+);
+ALTER TABLE lg_checkpoints ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE UNIQUE INDEX lg_checkpoints_key ON lg_checkpoints (thread_id, namespace, checkpoint_id);
+CREATE INDEX lg_checkpoints_thread ON lg_checkpoints (thread_id, checkpoint_id);
+CREATE INDEX lg_checkpoints_ns ON lg_checkpoints (namespace, checkpoint_id);
+CREATE INDEX lg_checkpoints_id ON lg_checkpoints (checkpoint_id);
+
+-- Top-level metadata keys for exact-match filters: vhash = first 16 bytes of SHA-256 of the
+-- value's canonical JSON.
+CREATE TABLE lg_meta (
+	key           text COLLATE "C" NOT NULL,
+	vhash         bytea NOT NULL,
+	checkpoint_id text COLLATE "C" NOT NULL,
+	ckpt          bigint NOT NULL,  -- lg_checkpoints.id
+	PRIMARY KEY (key, vhash, checkpoint_id, ckpt)
+);
+CREATE INDEX lg_meta_ckpt ON lg_meta (ckpt);
+
+-- Channel values; immutable once stored. version is the canonical JSON text of the version.
+CREATE TABLE lg_blobs (
+	id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	thread_id text COLLATE "C" NOT NULL,
+	namespace text COLLATE "C" NOT NULL,
+	channel   text COLLATE "C" NOT NULL,
+	version   text COLLATE "C" NOT NULL,
+	type      text NOT NULL,     -- serializer tag; "empty": no value
+	encoding  smallint NOT NULL,
+	size      bigint NOT NULL,
+	sha256    bytea NOT NULL,
+	data      bytea NOT NULL
+);
+ALTER TABLE lg_blobs ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE UNIQUE INDEX lg_blobs_key ON lg_blobs (thread_id, namespace, channel, version);
+
+CREATE TABLE lg_writes (
+	id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	thread_id     text COLLATE "C" NOT NULL,
+	namespace     text COLLATE "C" NOT NULL,
+	checkpoint_id text COLLATE "C" NOT NULL,
+	task_id       text COLLATE "C" NOT NULL,
+	idx           bigint NOT NULL,
+	task_path     text COLLATE "C" NOT NULL,
+	channel       text COLLATE "C" NOT NULL,
+	type          text NOT NULL,
+	encoding      smallint NOT NULL,
+	size          bigint NOT NULL,
+	sha256        bytea NOT NULL,
+	data          bytea NOT NULL
+);
+ALTER TABLE lg_writes ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE UNIQUE INDEX lg_writes_key ON lg_writes (thread_id, namespace, checkpoint_id, task_id, idx);
+`},
+	{"source manifests recorded with checkpoints (drift)", `
+CREATE TABLE drift_manifests (
+	ckpt   bigint PRIMARY KEY,  -- checkpoints.id
+	root   text COLLATE "C" NOT NULL,
+	files  integer NOT NULL,
+	header bytea NOT NULL,
+	chunks bytea NOT NULL       -- drift_chunks.id (16 bytes) of each chunk of its entry keys, in order
+);
+-- A run of consecutive entry keys of a manifest; identical runs are shared by manifests.
+CREATE TABLE drift_chunks (
+	id   bytea PRIMARY KEY,
+	refs bigint NOT NULL,       -- listings by manifests; the row goes at 0
+	keys bytea NOT NULL
+);
+CREATE INDEX drift_chunks_unreferenced ON drift_chunks (id) WHERE refs <= 0;
+CREATE TABLE drift_entries (
+	key  bytea PRIMARY KEY,
+	refs bigint NOT NULL,       -- listings by chunks; the row goes at 0
+	data bytea NOT NULL
+);
+CREATE INDEX drift_entries_unreferenced ON drift_entries (key) WHERE refs <= 0;
+`},
+	{"validation checkpoints and the compensation log (saga)", `
+-- A checkpoint's validation (store.EncodeValidation): its status and record; NULL: none.
+ALTER TABLE checkpoints ADD COLUMN validation_status text, ADD COLUMN validation bytea;
+CREATE INDEX checkpoints_validation ON checkpoints (workflow_id, namespace, seq) WHERE validation_status IS NOT NULL;
+CREATE INDEX checkpoints_validation_id ON checkpoints (validation_status, id) WHERE validation_status IS NOT NULL;
+
+-- Compensations registered per workflow: seq is the registration order within the workflow,
+-- after_seq the workflow's newest checkpoint seq when it was registered. Both are handed out
+-- under the workflow's advisory lock, which every writer of the workflow takes.
+CREATE TABLE compensations (
+	id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	compensation_id text COLLATE "C" NOT NULL UNIQUE,
+	workflow_id     text COLLATE "C" NOT NULL,
+	namespace       text COLLATE "C" NOT NULL,
+	seq             bigint NOT NULL,
+	after_seq       bigint NOT NULL,
+	checkpoint_id   text COLLATE "C",
+	step_name       text,
+	task_id         text,
+	description     text NOT NULL,
+	status          text NOT NULL,      -- pending | done | failed
+	error           text,               -- the last failure a rollback reported
+	rollback_id     text COLLATE "C",   -- the rollback that ran it last
+	created_at      timestamptz NOT NULL,
+	done_at         timestamptz,
+	action          bytea NOT NULL      -- opaque JSON as sent
+);
+CREATE UNIQUE INDEX compensations_wf_seq ON compensations (workflow_id, seq);
+CREATE INDEX compensations_wf_ns_seq ON compensations (workflow_id, namespace, seq);
+CREATE INDEX compensations_rollback ON compensations (rollback_id) WHERE rollback_id IS NOT NULL;
+
+-- Rollbacks: at most one unfinished per (workflow, namespace).
+CREATE TABLE rollbacks (
+	id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- begin order
+	rollback_id      text COLLATE "C" NOT NULL UNIQUE,
+	workflow_id      text COLLATE "C" NOT NULL,
+	namespace        text COLLATE "C" NOT NULL,
+	to_checkpoint_id text COLLATE "C",  -- NULL: a full rollback
+	to_seq           bigint NOT NULL,   -- the target's seq (0: full)
+	max_seq          bigint NOT NULL,   -- the newest compensation seq of the workflow when begun
+	created_at       timestamptz NOT NULL,
+	completed_at     timestamptz        -- NULL: unfinished
+);
+CREATE UNIQUE INDEX rollbacks_unfinished ON rollbacks (workflow_id, namespace) WHERE completed_at IS NULL;
+CREATE INDEX rollbacks_wf_ns ON rollbacks (workflow_id, namespace, id);
+`},
+}
+
+// SchemaVersion is the version this build migrates databases to.
+var SchemaVersion = len(migrations)
+
+var (
+	errNoSchema    = errors.New("no ckptd schema in this database")
+	errNewerSchema = errors.New("the ckptd schema is newer than this ckptd supports: upgrade ckptd")
+	errNotOurs     = errors.New("the schema exists but holds no ckptd schema_migrations table: not ckptd's")
+)
+
+// migrate brings the ckptd schema up to target, creating it first unless mustExist. Two
+// processes starting at once on an empty database both succeed: the second waits on the
+// advisory lock, then finds the schema up to date. Only the lock's holder changes anything.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, target int, mustExist bool) (err error) {
+	qs := pgx.Identifier{schema}.Sanitize()
+	if target > len(migrations) {
+		target = len(migrations)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	// Fast path, no lock: an up-to-date schema (every start after the first).
+	v, ours, err := schemaVersion(ctx, conn, schema)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v > len(migrations):
+		return fmt.Errorf("%w (schema version %d, this ckptd knows %d)", errNewerSchema, v, len(migrations))
+	case v >= target:
+		return nil
+	case v == 0 && !ours && mustExist:
+		return errNoSchema
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1, $2)`, lockClass, lockMigrate); err != nil {
+		return err
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, $2)`, lockClass, lockMigrate); uerr != nil {
+			conn.Conn().PgConn().Close(context.Background()) //nolint:errcheck // dropping the session releases the lock
+			if err == nil {
+				err = uerr
+			}
+		}
+	}()
+	if v, ours, err = schemaVersion(ctx, conn, schema); err != nil { // again, under the lock
+		return err
+	}
+	if v == 0 && !ours {
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+				WHERE n.nspname = $1`, schema).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("schema %s: %w", qs, errNotOurs)
+			}
+		} else if _, err := conn.Exec(ctx, `CREATE SCHEMA `+qs); err != nil {
+			return fmt.Errorf("create schema %s: %w", qs, err)
+		}
+		if _, err := conn.Exec(ctx, `CREATE TABLE `+qs+`.schema_migrations (
+			version     integer PRIMARY KEY,
+			description text NOT NULL,
+			applied_at  timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create schema_migrations: %w", err)
+		}
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("%w (schema version %d, this ckptd knows %d)", errNewerSchema, v, len(migrations))
+	}
+	for step := v + 1; step <= target; step++ {
+		if err := migrateStep(ctx, conn, qs, step); err != nil {
+			return fmt.Errorf("migrate the ckptd schema to version %d: %w", step, err)
+		}
+	}
+	return nil
+}
+
+// schemaVersion reads the applied version; ours is false when there is no schema_migrations
+// table (a database ckptd never set up).
+func schemaVersion(ctx context.Context, conn *pgxpool.Conn, schema string) (v int, ours bool, err error) {
+	var reg *string
+	qs := pgx.Identifier{schema}.Sanitize()
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1)::text`, qs+".schema_migrations").Scan(&reg); err != nil {
+		return 0, false, err
+	}
+	if reg == nil {
+		return 0, false, nil
+	}
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+qs+`.schema_migrations`).Scan(&v); err != nil {
+		return 0, true, err
+	}
+	return v, true, nil
+}
+
+func migrateStep(ctx context.Context, conn *pgxpool.Conn, qs string, step int) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL search_path = `+qs); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, migrations[step-1].sql); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, description) VALUES ($1, $2)`,
+		step, migrations[step-1].description); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
