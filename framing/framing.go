@@ -177,7 +177,7 @@ type Reader struct {
 }
 
 // NewReader returns a Reader on r. If r is a *bufio.Reader it is used directly (so a caller that
-// owns one, like a jsonrpc2 ObjectCodec, loses no buffered bytes).
+// owns one, like the rpc codec's read loop, loses no buffered bytes).
 func NewReader(r io.Reader, lim Limits) *Reader {
 	br, ok := r.(*bufio.Reader)
 	if !ok {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sourcegraph/jsonrpc2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,7 +49,7 @@ func TestSaveParamsBounded(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &call{req: &jsonrpc2.Request{Method: protocol.MethodSave}, params: json.RawMessage(tc.params), release: func() {}}
+			c := &call{req: &Request{Method: protocol.MethodSave}, params: json.RawMessage(tc.params), release: func() {}}
 			_, rerr := srv.safeRun(context.Background(), srv.methods[protocol.MethodSave], c)
 			if tc.field == "" {
 				require.Nil(t, rerr, "%+v", rerr)
@@ -64,7 +63,7 @@ func TestSaveParamsBounded(t *testing.T) {
 		})
 	}
 	// Every field within its bound is stored.
-	c := &call{req: &jsonrpc2.Request{Method: protocol.MethodSave}, params: json.RawMessage(`{"workflowId":"w","namespace":"ns","checkpointId":"all",
+	c := &call{req: &Request{Method: protocol.MethodSave}, params: json.RawMessage(`{"workflowId":"w","namespace":"ns","checkpointId":"all",
 		"parentId":"p","phase":"failed","step":3,"stepName":"s","error":{"message":"boom","retryable":true},"workflowHash":"h",
 		"metadata":{"m":1},"completedTasks":[1],"pendingTasks":[2],"state":{"x":1}}`), release: func() {}}
 	_, rerr := srv.safeRun(context.Background(), srv.methods[protocol.MethodSave], c)
@@ -84,13 +83,13 @@ func TestSaveParamsBounded(t *testing.T) {
 	assert.Equal(t, `{"x":1}`, string(all.State))
 
 	// The state as sent, byte for byte, from inline JSON and from base64.
-	c = &call{req: &jsonrpc2.Request{Method: protocol.MethodSave}, params: json.RawMessage(`{"workflowId":"w","checkpointId":"x","state": [1, "<&>" ] }`), release: func() {}}
+	c = &call{req: &Request{Method: protocol.MethodSave}, params: json.RawMessage(`{"workflowId":"w","checkpointId":"x","state": [1, "<&>" ] }`), release: func() {}}
 	_, rerr = srv.safeRun(context.Background(), srv.methods[protocol.MethodSave], c)
 	require.Nil(t, rerr)
 	cp, err := st.Load(context.Background(), "x")
 	require.NoError(t, err)
 	assert.Equal(t, `[1, "<&>" ]`, string(cp.State))
-	c = &call{req: &jsonrpc2.Request{Method: protocol.MethodSave}, params: json.RawMessage(`{"workflowId":"w","checkpointId":"y","stateBase64":"aGk\/"}`), release: func() {}}
+	c = &call{req: &Request{Method: protocol.MethodSave}, params: json.RawMessage(`{"workflowId":"w","checkpointId":"y","stateBase64":"aGk\/"}`), release: func() {}}
 	_, rerr = srv.safeRun(context.Background(), srv.methods[protocol.MethodSave], c)
 	require.Nil(t, rerr)
 	cp, err = st.Load(context.Background(), "y")

@@ -9,11 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -21,37 +18,20 @@ import (
 	"github.com/ckptd/ckptd/framing"
 )
 
-// Codec is the jsonrpc2.ObjectCodec of ckptd's stdio protocol (docs/protocol.md): frames are
-// read and written by package framing (Content-Length + Ckptd-Attachment-Length), and the
-// JSON-RPC envelope is parsed here rather than by jsonrpc2, because jsonrpc2 would
+// Codec reads and writes ckptd's stdio protocol (docs/protocol.md): frames are read and written
+// by package framing (Content-Length + Ckptd-Attachment-Length), and the JSON-RPC envelope is
+// split here without decoding it: params stay a sub-slice of the frame body (never re-encoded,
+// so a state is stored byte-for-byte as sent), ids are kept as the raw bytes sent (echoed
+// verbatim in the reply), and results are written verbatim. The only JSON-RPC library type it
+// uses is jsonrpc2.Error, the error object handlers return.
 //
-//   - close the connection without a reply on a bad frame, malformed JSON or a batch;
-//   - decode params into map[string]interface{} and re-marshal them (slow for big states, and
-//     it reorders keys and HTML-escapes, breaking "state is stored byte-for-byte as sent");
-//   - mangle ids (negative numbers wrap into uint64, fractions fail).
-//
-// How it works: ReadObject reads a frame, splits the envelope itself (params stay a sub-slice
-// of the frame body, never re-encoded) and hands jsonrpc2 a tiny synthetic request
-//
-//	{"jsonrpc":"2.0","id":"ckptd:N","method":<method as sent>,"meta":"ckptd:N"}
-//
-// (no "id" for a notification). The token "ckptd:N" keys a side table holding the real raw id,
-// the raw params and the attachment. Handlers call Take(req) to get them; WriteObject turns a
-// Response for a token id back into one carrying the original id bytes (and the attachment
-// registered with AttachToReply), then forgets the token. Handlers must therefore call Take for
-// every request and notification they receive (it removes notifications; responses remove
-// requests), and answer every request (protocol errors included) exactly once.
-//
-// Results go out byte-for-byte: a handler registers the result bytes with Result, which returns
-// a small placeholder to send with conn.SendResponse; WriteObject swaps the bytes back in. The
-// codec reaches jsonrpc2 only through its public API (Request.Meta, the JSON encoding of what
-// Conn writes), so a jsonrpc2 upgrade that changes its internals changes nothing here.
-//
-// Protocol errors never end the connection: ReadObject delivers them as a request for the
-// internal method "$/ckptd/protocolError" whose Incoming.ProtocolError is the error to answer
-// with conn.ReplyWithError(ctx, req.ID, in.ProtocolError); Incoming.RawID is the id that reply
-// will carry (the request's own id when it was valid, else null). Only the end of the input
-// (io.EOF, io.ErrUnexpectedEOF) or a read error is returned by ReadObject.
+// Read returns the next request or notification; a bad frame does not end the input, it comes
+// back as a *Request of the internal method "$/ckptd/protocolError" whose In.ProtocolError is
+// the error to answer with ReplyError (In.RawID is the id that reply carries: the request's own
+// id when it was valid, else null). Only the end of the input (io.EOF, io.ErrUnexpectedEOF), a
+// read error, or a frame too large to skip (framing.ErrAbandoned) is returned as an error.
+// Every request must be answered exactly once (Reply or ReplyError; a second answer is refused
+// with an error); notifications are never answered.
 //
 // Error mapping (see docs/protocol.md, "Bad frames never kill the connection"):
 //
@@ -79,26 +59,15 @@ import (
 // than framing.Limits.MaxDiscard bytes is answered, logged at error level, and ends the input
 // (Err reports why): nothing after it could be trusted to be a frame boundary.
 //
-// End of input: jsonrpc2.Conn closes the whole connection, output included, when ReadObject
-// returns an error, so at the end of the input ReadObject first waits (bounded) until every
-// request it delivered has been answered; see ReadObject.
+// The codec never closes anything: replies can be written after the input ended, so a client
+// that sends its last requests and then closes its end of stdin still gets their replies.
 type Codec struct {
 	lim framing.Limits
 	log *slog.Logger
 
-	// Read side: used only by the connection's read loop.
+	// Read side: used only by the reading goroutine.
 	src *bufio.Reader
 	fr  *framing.Reader
-
-	seq atomic.Uint64
-
-	mu      sync.Mutex
-	pending map[string]*pendingMsg
-	open    int        // requests in pending (not notifications): replies still owed
-	idle    *sync.Cond // on mu; signalled when open drops to 0
-	// drainTimeout bounds how long ReadObject waits, at the end of the input, for the
-	// replies still owed (see ReadObject).
-	drainTimeout time.Duration
 
 	ended     chan struct{} // closed when the input ends (EOF, read error, abandoned stream)
 	endOnce   sync.Once
@@ -106,6 +75,15 @@ type Codec struct {
 
 	wmu  sync.Mutex
 	wbuf []byte
+}
+
+// Request is a request or notification read by Codec.Read.
+type Request struct {
+	Method string
+	Notif  bool // no id: never answered
+	In     Incoming
+
+	replied atomic.Bool
 }
 
 // Incoming is what a request or notification carried besides its method.
@@ -125,22 +103,9 @@ type Incoming struct {
 	ProtocolError *jsonrpc2.Error
 }
 
-// pendingMsg is a side-table entry.
-type pendingMsg struct {
-	in        Incoming
-	notif     bool
-	taken     bool
-	reply     []byte // the reply's attachment (AttachToReply)
-	hasReply  bool
-	result    []byte // the reply's result bytes (Result)
-	hasResult bool
-}
-
 const (
 	// protocolErrorMethod is the internal method protocol errors are delivered as.
 	protocolErrorMethod = "$/ckptd/protocolError"
-	// tokenPrefix starts every id and meta the codec hands to jsonrpc2.
-	tokenPrefix = "ckptd:"
 
 	codeTooLarge = -32004
 
@@ -154,15 +119,11 @@ func NewCodec(lim framing.Limits, log *slog.Logger) *Codec {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Codec{lim: lim, log: log, pending: map[string]*pendingMsg{}, drainTimeout: defaultDrainTimeout,
-		ended: make(chan struct{})}
-	c.idle = sync.NewCond(&c.mu)
-	return c
+	return &Codec{lim: lim, log: log, ended: make(chan struct{})}
 }
 
 // InputEnded is closed as soon as the input has ended (the client closed its end, a read
-// failed, or a frame too large to skip abandoned the stream), before ReadObject waits for the
-// replies still owed.
+// failed, or a frame too large to skip abandoned the stream).
 func (c *Codec) InputEnded() <-chan struct{} { return c.ended }
 
 // Err returns why the codec gave up on an input that had not ended by itself (a frame too large
@@ -183,98 +144,10 @@ func (c *Codec) endInput(err error) {
 	})
 }
 
-// defaultDrainTimeout: see ReadObject.
-const defaultDrainTimeout = 60 * time.Second
-
-// Pending returns how many tokens are in the side table (requests not yet answered,
-// notifications not yet taken). For tests and diagnostics.
-func (c *Codec) Pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pending)
-}
-
-// Take returns what req carried besides its method. It works once per request: later calls,
-// and calls for a request that did not come from this codec, return false. For a notification
-// Take also forgets the token; for a request the token lives until its response is written.
-func (c *Codec) Take(req *jsonrpc2.Request) (Incoming, bool) {
-	tok, ok := tokenOf(req)
-	if !ok {
-		return Incoming{}, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.pending[tok]
-	if p == nil || p.taken {
-		return Incoming{}, false
-	}
-	in := p.in
-	if p.notif {
-		c.forgetLocked(tok)
-	} else {
-		p.taken = true
-		p.in = Incoming{RawID: in.RawID} // drop params and attachment: the handler has them
-	}
-	return in, true
-}
-
-// AttachToReply makes the response written next for id carry data as its attachment
-// (Ckptd-Attachment-Length, even when data is empty). id must be the ID of a request from this
-// codec that is not answered yet; otherwise the call is ignored.
-func (c *Codec) AttachToReply(id jsonrpc2.ID, data []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.pending[id.Str]
-	if !id.IsString || p == nil || p.notif {
-		c.log.Debug("attachment for an unknown request dropped", "id", id.String())
-		return
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	p.reply, p.hasReply = data, true
-}
-
-// resultPlaceholder is what Result returns: it stands for the registered bytes until
-// WriteObject swaps them back in.
-var resultPlaceholder = json.RawMessage(`"ckptd:result"`)
-
-// Result registers result (valid JSON, written verbatim: no re-encoding, key order, spacing and
-// escaping kept) as the result of the response to id, and returns the placeholder to send as
-// that response's Result with conn.SendResponse. id must be the ID of a request from this codec
-// that is not answered yet; otherwise result itself is returned (and is then re-encoded).
-func (c *Codec) Result(id jsonrpc2.ID, result json.RawMessage) *json.RawMessage {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.pending[id.Str]
-	if !id.IsString || p == nil || p.notif {
-		return &result
-	}
-	p.result, p.hasResult = result, true
-	ph := resultPlaceholder
-	return &ph
-}
-
-func tokenOf(req *jsonrpc2.Request) (string, bool) {
-	if req == nil || req.Meta == nil {
-		return "", false
-	}
-	var tok string
-	if err := json.Unmarshal(*req.Meta, &tok); err != nil || !strings.HasPrefix(tok, tokenPrefix) {
-		return "", false
-	}
-	return tok, true
-}
-
-// ReadObject implements jsonrpc2.ObjectCodec. It returns an error only when the input ends or
-// fails; everything else becomes a request (see Codec).
-//
-// When the input ends (io.EOF, or io.ErrUnexpectedEOF inside a frame) ReadObject first waits
-// until every request it delivered has been answered (at most drainTimeout), because
-// jsonrpc2.Conn closes the whole connection, output included, as soon as ReadObject returns an
-// error: without the wait, a client that sends its last requests and then closes its end of
-// stdin would lose their replies.
-func (c *Codec) ReadObject(stream *bufio.Reader, v interface{}) error {
+// Read returns the next request or notification from stream (always the same stream). It
+// returns an error only when the input ends or fails; everything else becomes a request (see
+// Codec).
+func (c *Codec) Read(stream *bufio.Reader) (*Request, error) {
 	if c.fr == nil || c.src != stream {
 		c.src, c.fr = stream, framing.NewReader(stream, c.lim)
 	}
@@ -283,7 +156,7 @@ func (c *Codec) ReadObject(stream *bufio.Reader, v interface{}) error {
 		var (
 			he *framing.HeaderError
 			tl *framing.TooLargeError
-			m  *message
+			m  *Request
 		)
 		switch {
 		case err == nil:
@@ -294,45 +167,27 @@ func (c *Codec) ReadObject(stream *bufio.Reader, v interface{}) error {
 			m = c.tooLarge(f, tl)
 		case err == io.EOF || err == io.ErrUnexpectedEOF:
 			c.endInput(nil)
-			c.drain()
-			return err
+			return nil, err
 		case errors.Is(err, framing.ErrAbandoned):
 			c.endInput(fmt.Errorf("stdin: %w", err))
-			c.drain()
-			return err
+			return nil, err
 		default:
 			c.endInput(nil)
-			return err // the input failed or was closed under us: no point waiting
+			return nil, err // the input failed or was closed under us
 		}
 		if m == nil {
 			continue // skipped (logged)
 		}
-		if m.in.ProtocolError != nil {
-			c.log.Debug("protocol error", "code", m.in.ProtocolError.Code, "error", m.in.ProtocolError.Message, "id", string(m.in.RawID))
+		if m.In.ProtocolError != nil {
+			c.log.Debug("protocol error", "code", m.In.ProtocolError.Code, "error", m.In.ProtocolError.Message, "id", string(m.In.RawID))
 		}
-		if err := c.deliver(m, v); err != nil {
-			// Cannot happen with the synthetic bodies deliver builds; never end the
-			// connection for it.
-			c.log.Error("codec: cannot hand a request to jsonrpc2", "error", err)
-			continue
-		}
-		return nil
+		return m, nil
 	}
 }
 
-// message is a parsed frame on its way to jsonrpc2.
-type message struct {
-	method []byte // JSON string
-	notif  bool
-	in     Incoming
-}
+var jsonNull = json.RawMessage("null")
 
-var (
-	jsonNull          = json.RawMessage("null")
-	protocolErrMethod = []byte(strconv.Quote(protocolErrorMethod))
-)
-
-func protocolError(rawID json.RawMessage, code int64, msg string, data any) *message {
+func protocolError(rawID json.RawMessage, code int64, msg string, data any) *Request {
 	if rawID == nil {
 		rawID = jsonNull
 	}
@@ -340,92 +195,25 @@ func protocolError(rawID json.RawMessage, code int64, msg string, data any) *mes
 	if data != nil {
 		e.SetError(data)
 	}
-	return &message{method: protocolErrMethod, in: Incoming{RawID: rawID, ProtocolError: e}}
+	return &Request{Method: protocolErrorMethod, In: Incoming{RawID: rawID, ProtocolError: e}}
 }
 
-func invalidRequest(rawID json.RawMessage, reason string) *message {
+func invalidRequest(rawID json.RawMessage, reason string) *Request {
 	return protocolError(rawID, jsonrpc2.CodeInvalidRequest, "invalid request: "+reason, map[string]string{"reason": reason})
 }
 
-// deliver registers m under a fresh token and decodes the synthetic request into v.
-func (c *Codec) deliver(m *message, v any) error {
-	tok := tokenPrefix + strconv.FormatUint(c.seq.Add(1), 10)
-	c.mu.Lock()
-	c.pending[tok] = &pendingMsg{in: m.in, notif: m.notif}
-	if !m.notif {
-		c.open++
+// decodeString decodes the JSON string raw (valid JSON: the codec checked the body).
+func decodeString(raw []byte) string {
+	if len(raw) >= 2 && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
 	}
-	c.mu.Unlock()
-
-	b := make([]byte, 0, 64+2*len(tok)+len(m.method))
-	b = append(b, `{"jsonrpc":"2.0",`...)
-	if !m.notif {
-		b = append(b, `"id":"`...)
-		b = append(b, tok...)
-		b = append(b, `",`...)
-	}
-	b = append(b, `"method":`...)
-	b = append(b, m.method...)
-	b = append(b, `,"meta":"`...)
-	b = append(b, tok...)
-	b = append(b, `"}`...)
-	if err := json.Unmarshal(b, v); err != nil {
-		c.forget(tok)
-		return err
-	}
-	return nil
-}
-
-// forget removes a token. Call with c.mu not held.
-func (c *Codec) forget(tok string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.forgetLocked(tok)
-}
-
-func (c *Codec) forgetLocked(tok string) {
-	p := c.pending[tok]
-	if p == nil {
-		return
-	}
-	delete(c.pending, tok)
-	if !p.notif {
-		if c.open--; c.open == 0 {
-			c.idle.Broadcast()
-		}
-	}
-}
-
-// replied counts a reply to a request as written (see writeResponse).
-func (c *Codec) replied() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.open--; c.open == 0 {
-		c.idle.Broadcast()
-	}
-}
-
-// drain waits until no reply is owed, or drainTimeout.
-func (c *Codec) drain() {
-	deadline := time.Now().Add(c.drainTimeout)
-	t := time.AfterFunc(c.drainTimeout, func() {
-		c.mu.Lock()
-		c.idle.Broadcast()
-		c.mu.Unlock()
-	})
-	defer t.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.open > 0 && time.Now().Before(deadline) {
-		c.idle.Wait()
-	}
-	if c.open > 0 {
-		c.log.Warn("input closed; giving up on unanswered requests", "count", c.open, "waited", c.drainTimeout)
-	}
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	return s
 }
 
 // parse validates a frame body as a JSON-RPC 2.0 request. It returns nil for a message to skip.
-func (c *Codec) parse(f framing.Frame) *message {
+func (c *Codec) parse(f framing.Frame) *Request {
 	env, m := checkEnvelope(f.Body)
 	if m != nil {
 		return m
@@ -442,20 +230,20 @@ func (c *Codec) parse(f framing.Frame) *message {
 		return protocolError(env.id, jsonrpc2.CodeMethodNotFound, "method not found: "+protocolErrorMethod,
 			map[string]string{"method": protocolErrorMethod})
 	}
-	m = &message{method: env.method, notif: !env.hasID, in: Incoming{
+	m = &Request{Method: decodeString(env.method), Notif: !env.hasID, In: Incoming{
 		Attachment:    f.Attachment,
 		HasAttachment: f.HasAttachment,
 		RawID:         env.id,
 	}}
 	if env.hasParams {
-		m.in.Params = env.params
+		m.In.Params = env.params
 	}
 	return m
 }
 
 // checkEnvelope parses body. It returns a protocol error message, or the envelope of a valid
 // request, notification or response.
-func checkEnvelope(body []byte) (*envelope, *message) {
+func checkEnvelope(body []byte) (*envelope, *Request) {
 	if !jsonValid(body) {
 		// Only on this path: find out what is wrong. encoding/json's scanner is iterative and
 		// rejects nesting deeper than 10000, like jsonValid, so deep input is harmless.
@@ -526,7 +314,7 @@ func readableID(body []byte) json.RawMessage {
 
 // tooLarge answers a frame over the limits. For an oversized attachment the body is known and
 // parsed; for an oversized body the id is looked for in its first bytes.
-func (c *Codec) tooLarge(f framing.Frame, tl *framing.TooLargeError) *message {
+func (c *Codec) tooLarge(f framing.Frame, tl *framing.TooLargeError) *Request {
 	what := "frame body"
 	if tl.Field == "attachment" {
 		what = "attachment"
@@ -543,7 +331,7 @@ func (c *Codec) tooLarge(f framing.Frame, tl *framing.TooLargeError) *message {
 		env, m := checkEnvelope(f.Body)
 		switch {
 		case m != nil:
-			id = m.in.RawID
+			id = m.In.RawID
 		case env.isResponse():
 			c.log.Debug("ignoring a response from the client with an oversized attachment")
 			return nil
@@ -594,95 +382,64 @@ func isString(raw []byte, s string) bool {
 
 // --- writing ---
 
-// WriteObject implements jsonrpc2.ObjectCodec. A response to a request from this codec goes out
-// with the request's original id bytes, the result registered with Result (verbatim; it must be
-// valid JSON, otherwise an internal error is sent instead) and the attachment registered by
-// AttachToReply. What jsonrpc2.Conn passes here is encoded with encoding/json (its documented
-// wire form), so nothing depends on jsonrpc2's internal types.
-func (c *Codec) WriteObject(stream io.Writer, obj interface{}) error {
-	var resp *jsonrpc2.Response
-	switch o := obj.(type) { // the exported types, when called directly
-	case *jsonrpc2.Response:
-		resp = o
-	case jsonrpc2.Response:
-		resp = &o
+var errReplied = errors.New("rpc: request already answered")
+
+// Reply answers req with result (valid JSON, written verbatim: no re-encoding, key order,
+// spacing and escaping kept; nil: null) and, when hasAtt, att as the frame's attachment. A
+// result that is not valid JSON is replaced by an internal error. A notification is not
+// answered; a second answer to req is refused (errReplied).
+func (c *Codec) Reply(stream io.Writer, req *Request, result json.RawMessage, att []byte, hasAtt bool) error {
+	if req.Notif {
+		return nil
 	}
-	if resp != nil {
-		var errJSON []byte
-		result := jsonNull
-		if resp.Error != nil {
-			b, err := json.Marshal(resp.Error)
-			if err != nil {
-				return err
-			}
-			errJSON = b
-		} else if resp.Result != nil && len(*resp.Result) > 0 {
-			result = *resp.Result
-		}
-		return c.writeResponse(stream, resp.ID, result, errJSON)
+	if req.replied.Swap(true) {
+		return errReplied
 	}
-	b, err := json.Marshal(obj)
+	if result == nil {
+		result = jsonNull
+	}
+	if !jsonValid(result) {
+		c.log.Error("codec: handler produced a result that is not valid JSON; sending an internal error instead", "id", string(req.In.RawID))
+		return c.writeResponse(stream, req.In.RawID, nil, []byte(`{"code":-32603,"message":"internal error (please report): the reply was not valid JSON"}`), nil, false)
+	}
+	if hasAtt && att == nil {
+		att = []byte{}
+	}
+	return c.writeResponse(stream, req.In.RawID, result, nil, att, hasAtt)
+}
+
+// ReplyError answers req with the error e.
+func (c *Codec) ReplyError(stream io.Writer, req *Request, e *jsonrpc2.Error) error {
+	if req.Notif {
+		return nil
+	}
+	if req.replied.Swap(true) {
+		return errReplied
+	}
+	b, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	env := new(envelope)
-	if complete, err := env.scan(b); complete && err == nil && env.isResponse() && env.hasID {
-		var id jsonrpc2.ID
-		if err := json.Unmarshal(env.id, &id); err != nil {
-			return fmt.Errorf("rpc: response with an id that does not decode: %w", err)
-		}
-		result := jsonNull
-		if env.hasResult {
-			result = env.result
-		}
-		var errJSON []byte
-		if env.hasError && !bytes.Equal(env.err, jsonNull) {
-			errJSON = env.err
-		}
-		return c.writeResponse(stream, id, result, errJSON)
+	return c.writeResponse(stream, req.In.RawID, nil, b, nil, false)
+}
+
+// Notify writes the notification method with params (encoded with encoding/json).
+func (c *Codec) Notify(stream io.Writer, method string, params any) error {
+	m, err := json.Marshal(method)
+	if err != nil {
+		return err
 	}
-	return c.writeFrame(stream, [][]byte{b}, nil, false)
+	p, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	return c.writeFrame(stream, [][]byte{[]byte(`{"jsonrpc":"2.0","method":`), m, []byte(`,"params":`), p, []byte(`}`)}, nil, false)
 }
 
 // writeResponse writes {"jsonrpc":"2.0","id":...,"result"|"error":...}.
-func (c *Codec) writeResponse(stream io.Writer, id jsonrpc2.ID, result, errJSON []byte) error {
-	var (
-		rawID  []byte
-		att    []byte
-		hasAtt bool
-	)
-	if id.IsString && strings.HasPrefix(id.Str, tokenPrefix) {
-		c.mu.Lock()
-		p := c.pending[id.Str]
-		if p != nil && !p.notif {
-			// Forget the token now (a second reply is refused), but count the reply as given
-			// only once it is written: drain lets ReadObject end the input, and jsonrpc2 then
-			// closes the stream, as soon as nothing is owed, which must not cut this write off.
-			delete(c.pending, id.Str)
-			defer c.replied()
-		}
-		c.mu.Unlock()
-		if p == nil || p.notif {
-			return fmt.Errorf("rpc: response for a request that is unknown or already answered (%s)", id.Str)
-		}
-		rawID, att, hasAtt = p.in.RawID, p.reply, p.hasReply
-		if rawID == nil {
-			rawID = jsonNull
-		}
-		if p.hasResult && errJSON == nil {
-			result = p.result
-		}
-	} else {
-		b, err := json.Marshal(id)
-		if err != nil {
-			return err
-		}
-		rawID = b
-	}
-	if errJSON == nil && !jsonValid(result) {
-		c.log.Error("codec: handler produced a result that is not valid JSON; sending an internal error instead", "id", string(rawID))
-		errJSON = []byte(`{"code":-32603,"message":"internal error (please report): the reply was not valid JSON"}`)
-		att, hasAtt = nil, false
+func (c *Codec) writeResponse(stream io.Writer, rawID, result, errJSON, att []byte, hasAtt bool) error {
+	if rawID == nil {
+		rawID = jsonNull
 	}
 	parts := [][]byte{[]byte(`{"jsonrpc":"2.0","id":`), rawID, nil, nil, []byte(`}`)}
 	if errJSON != nil {
@@ -743,8 +500,6 @@ func (c *Codec) writeFrame(stream io.Writer, parts [][]byte, att []byte, hasAtt 
 		buf = append(buf, att...)
 	}
 	write(buf)
-	// jsonrpc2's buffered stream flushes only after WriteObject returns; flush here so that a
-	// reply counted as written (writeResponse, drain) has really left the process.
 	if f, ok := stream.(interface{ Flush() error }); ok && err == nil {
 		err = f.Flush()
 	}

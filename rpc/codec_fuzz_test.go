@@ -26,12 +26,11 @@ var fuzzCodecLimits = framing.Limits{MaxBody: 2 << 10, MaxAttachment: 1 << 10}
 // it must be answered.
 const fuzzSentinel = `{"jsonrpc":"2.0","id":"fuzz-sentinel","method":"echo","params":{"s":"<&>"}}`
 
-// FuzzCodec feeds arbitrary bytes through the Codec the way jsonrpc2.Conn drives it (ReadObject
-// into a Request, then Take and a reply through WriteObject for every request), without a Conn,
-// pipes or goroutines, so that each input costs microseconds. It must never panic or hang, every
-// frame it writes must be a valid JSON-RPC message, the side table must be empty once the input
-// is consumed, and a well-formed request following the input must be answered whenever the
-// framing delimits it as a frame of its own.
+// FuzzCodec feeds arbitrary bytes through the Codec the way the server drives it (Read, then a
+// reply for every request), without pipes or goroutines, so that each input costs microseconds.
+// It must never panic or hang, every frame it writes must be a valid JSON-RPC message, a second
+// reply to a request must be refused, and a well-formed request following the input must be
+// answered whenever the framing delimits it as a frame of its own.
 //
 // Seeds: the framing vectors and ../testdata/fuzz/FuzzCodec (go test -fuzz only looks in the
 // package's own testdata, so they are added with f.Add).
@@ -69,39 +68,31 @@ func FuzzCodec(f *testing.F) {
 			if reads > len(stream)+1 {
 				t.Fatalf("no progress after %d reads of %d bytes", reads, len(stream))
 			}
-			var req jsonrpc2.Request
-			err := c.ReadObject(src, &req)
+			req, err := c.Read(src)
 			if err != nil {
 				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.Is(err, framing.ErrAbandoned) {
-					t.Fatalf("ReadObject: %v", err)
+					t.Fatalf("Read: %v", err)
 				}
 				break
 			}
-			inc, ok := c.Take(&req)
-			if !ok {
-				t.Fatalf("Take failed for %q", req.Method)
-			}
+			inc := req.In
 			if req.Notif {
 				continue
 			}
-			resp := &jsonrpc2.Response{ID: req.ID}
+			var werr error
 			switch {
 			case inc.ProtocolError != nil:
-				resp.Error = inc.ProtocolError
+				werr = c.ReplyError(&out, req, inc.ProtocolError)
 			case req.Method == "echo":
-				raw := inc.Params
-				if raw == nil {
-					raw = json.RawMessage("null")
-				}
-				if inc.HasAttachment {
-					c.AttachToReply(req.ID, inc.Attachment)
-				}
-				resp.Result = c.Result(req.ID, raw)
+				werr = c.Reply(&out, req, inc.Params, inc.Attachment, inc.HasAttachment)
 			default:
-				resp.Error = &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found"}
+				werr = c.ReplyError(&out, req, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found"})
 			}
-			if err := c.WriteObject(&out, resp); err != nil {
-				t.Fatalf("WriteObject: %v", err)
+			if werr != nil {
+				t.Fatalf("reply: %v", werr)
+			}
+			if err := c.Reply(&out, req, nil, nil, false); err == nil {
+				t.Fatal("a second reply to the same request was written")
 			}
 		}
 		answered := false
@@ -133,9 +124,6 @@ func FuzzCodec(f *testing.F) {
 		}
 		if wantSentinel && !answered {
 			t.Fatal("the request after the input was not answered")
-		}
-		if n := c.Pending(); n != 0 {
-			t.Fatalf("%d tokens left in the side table", n)
 		}
 	})
 }

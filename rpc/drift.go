@@ -280,12 +280,12 @@ func (dw *driftWatch) Stop(wait time.Duration) {
 // asked for it with drift/watch).
 func (s *Server) notifyAlways(method string, params any) {
 	s.mu.Lock()
-	conn := s.conn
+	out := s.out
 	s.mu.Unlock()
-	if conn == nil {
+	if out == nil {
 		return
 	}
-	if err := conn.Notify(context.Background(), method, params); err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+	if err := s.codec.Notify(out, method, params); err != nil {
 		s.log.Debug("notification not sent", "method", method, "error", err)
 	}
 }

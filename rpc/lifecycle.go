@@ -55,16 +55,14 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 
 // shutdown stops taking requests, waits for every accepted one (cancelling what has not
 // committed after the stop grace), answers, then ends Serve.
-func (s *Server) shutdown(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+func (s *Server) shutdown(req *Request) {
 	s.mu.Lock()
 	already := s.closing
 	s.mu.Unlock()
 	s.beginStop()
 	go func() {
 		s.inflight.Wait()
-		if !req.Notif {
-			_ = conn.Reply(context.Background(), req.ID, nil)
-		}
+		s.respond(req, reply{}, nil)
 		if !already {
 			close(s.shutdownDone)
 		}

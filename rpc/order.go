@@ -130,15 +130,15 @@ func (o *orderer) enter(sc scope, mutation bool) (deps []*orderNode, mine *order
 	return deps, mine
 }
 
-// idKeys returns the keys of the in-flight mutations that named checkpoint id.
-func (o *orderer) idKeys(id string) []string {
+// idKeys returns the keys of the in-flight mutations that named checkpoint id, and whether any
+// mutation at all is in flight (queued, running, or waiting for an earlier one).
+func (o *orderer) idKeys(id string) (keys []string, busy bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var keys []string
 	for k := range o.ids[id] {
 		keys = append(keys, k)
 	}
-	return keys
+	return keys, o.global != nil || len(o.tails) > 0
 }
 
 // ready reports whether every channel picked from deps is closed.
@@ -330,8 +330,19 @@ func (s *Server) scopeOf(method string, params json.RawMessage) scope {
 }
 
 // checkpointScope keys a request that names only checkpoint id by that checkpoint's workflow.
+// With no mutation in flight there is nothing to wait for, and the database is not asked.
 func (s *Server) checkpointScope(method, id string) scope {
-	keys := s.order.idKeys(id)
+	keys, busy := s.order.idKeys(id)
+	if !busy && method != protocol.MethodDelete {
+		// (A delete is itself a mutation: the requests after it must find its workflow's key.)
+		return scope{kind: scopeNone}
+	}
+	return s.storedScope(method, id, keys)
+}
+
+// storedScope keys a request naming checkpoint id by the workflow stored for it (a database
+// read), besides keys.
+func (s *Server) storedScope(method, id string, keys []string) scope {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	sums, err := s.store.Summaries(ctx, []string{id})

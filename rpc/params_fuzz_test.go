@@ -122,7 +122,7 @@ func FuzzParams(f *testing.F) {
 		m := srv.methods[name]
 		att, hasAtt := fuzzAttachment(attArg)
 		c := &call{
-			req:           &jsonrpc2.Request{Method: name, ID: jsonrpc2.ID{Num: 1}},
+			req:           &Request{Method: name, In: Incoming{RawID: json.RawMessage("1")}},
 			params:        json.RawMessage(params),
 			attachment:    att,
 			hasAttachment: hasAtt,

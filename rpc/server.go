@@ -6,11 +6,11 @@
 package rpc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -70,7 +70,7 @@ type Server struct {
 	started time.Time
 
 	mu           sync.Mutex
-	conn         *jsonrpc2.Conn
+	out          io.Writer // the connection's output, once Serve runs
 	events       map[string]bool
 	feed         feedState // other processes' events (rpc/feed.go)
 	closing      bool
@@ -119,7 +119,7 @@ type runningCall struct {
 
 // call is one request being served.
 type call struct {
-	req           *jsonrpc2.Request
+	req           *Request
 	params        json.RawMessage
 	attachment    []byte
 	hasAttachment bool
@@ -211,16 +211,17 @@ func New(st store.Backend, opts Options) *Server {
 // declaring more bytes than can be skipped).
 func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) error {
 	rwc := &stdio{in: in, out: out}
-	conn := jsonrpc2.NewConn(context.Background(), jsonrpc2.NewBufferedStream(rwc, s.codec), s,
-		jsonrpc2.SetLogger(slogAdapter{s.log}))
 	s.mu.Lock()
-	s.conn = conn
+	s.out = rwc
 	s.mu.Unlock()
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		s.readLoop(bufio.NewReaderSize(rwc, readBufferSize))
+	}()
 
 	var cause string
 	select {
-	case <-conn.DisconnectNotify():
-		cause = "client closed the connection"
 	case <-s.codec.InputEnded():
 		cause = "client closed stdin"
 		if s.codec.Err() != nil {
@@ -245,20 +246,41 @@ func (s *Server) Serve(ctx context.Context, in io.ReadCloser, out io.Writer) err
 		n, _ := s.flow.inFlight()
 		s.log.Warn("stopping with requests unanswered (a reply the client does not read?)", "count", n)
 	}
-	if cause == "client closed stdin" || cause == "input abandoned" {
-		// The codec ends the connection once the replies it owes are written.
-		select {
-		case <-conn.DisconnectNotify():
-		case <-hard.C:
-		}
-	}
 	s.engine.CloseWatches(2 * time.Second) // the connection is closing: end every drift watch
 	s.log.Info("stopping", "reason", cause)
-	_ = conn.Close()
+	_ = in.Close()
 	if err := s.codec.Err(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// readBufferSize is the read loop's buffer: a few small requests, or the head of a large one.
+const readBufferSize = 64 << 10
+
+// readLoop reads requests until the input ends, handing each to handle. While the connection
+// has no room for another request (backpressure, flow.go), nothing more is read.
+//
+// Leader/follower: a call that may start at once runs on the goroutine that read it, which is
+// warm and already on a CPU, while the reading goes on in an idle worker; handing the call to a
+// worker instead would put a goroutine wake-up (a thread wake-up when none is spinning) on every
+// request's critical path. The goroutine that ran the call then becomes an idle worker.
+func (s *Server) readLoop(br *bufio.Reader) {
+	for {
+		s.flow.waitRoom(s.stopping)
+		req, err := s.codec.Read(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, framing.ErrAbandoned) {
+				s.log.Debug("stdin read failed", "error", err)
+			}
+			return
+		}
+		if run := s.handle(req); run != nil {
+			s.workers.run(func() { s.readLoop(br) })
+			run()
+			return
+		}
+	}
 }
 
 // beginStop refuses new requests and, after the grace, cancels whatever has not committed.
@@ -272,37 +294,36 @@ func (s *Server) beginStop() {
 	})
 }
 
-// Handle implements jsonrpc2.Handler. It runs on the connection's read loop, so it only reads
-// enough of the params to schedule the call, and returns once the connection has room for
-// another request (see flow.go): while it waits, nothing more is read.
-func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	inc, _ := s.codec.Take(req)
+// handle runs on the connection's read loop, so it only reads enough of the params to schedule
+// the call. It answers what needs no handler itself, and returns the call to run when it may
+// start at once (nothing earlier to wait for: see readLoop); a call that must wait for earlier
+// ones is started on a worker when they are done.
+func (s *Server) handle(req *Request) (run func()) {
+	inc := req.In
 	switch req.Method {
 	case protocolErrorMethod:
 		if inc.ProtocolError != nil {
 			s.log.Warn("bad frame", "code", inc.ProtocolError.Code, "error", inc.ProtocolError.Message)
-			if !req.Notif {
-				_ = conn.ReplyWithError(ctx, req.ID, inc.ProtocolError)
-			}
+			s.respond(req, reply{}, inc.ProtocolError)
 		}
-		return
+		return nil
 	case protocol.MethodShutdown:
-		s.shutdown(conn, req)
-		return
+		s.shutdown(req)
+		return nil
 	case protocol.MethodCancelRequest:
-		s.cancelRequest(conn, req, inc.Params)
-		return
+		s.cancelRequest(req, inc.Params)
+		return nil
 	}
 	m, ok := s.methods[req.Method]
 	if !ok {
-		s.respond(conn, req, reply{}, rpcError(protocol.CodeMethodNotFound, "method not found: "+req.Method, map[string]string{"method": req.Method}))
-		return
+		s.respond(req, reply{}, rpcError(protocol.CodeMethodNotFound, "method not found: "+req.Method, map[string]string{"method": req.Method}))
+		return nil
 	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
-		s.respond(conn, req, reply{}, rpcError(protocol.CodeShuttingDown, "shutting down: no new requests are accepted", nil))
-		return
+		s.respond(req, reply{}, rpcError(protocol.CodeShuttingDown, "shutting down: no new requests are accepted", nil))
+		return nil
 	}
 	s.inflight.Add(1)
 	s.mu.Unlock()
@@ -339,11 +360,11 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 	if m.kind == kindMutation {
 		pick = queuedOf // a mutation, for them to be queued in the store
 	}
-	run := func() {
+	runCall := func() {
 		defer end()
 		if err := wait(rctx, deps, pick); err != nil {
 			s.order.finish(mine, deps)
-			s.respond(conn, req, reply{}, cancelledError(rctx))
+			s.respond(req, reply{}, cancelledError(rctx))
 			return
 		}
 		start := time.Now()
@@ -356,19 +377,18 @@ func (s *Server) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.
 		if err != nil && rctx.Err() != nil {
 			err = cancelledError(rctx)
 		}
-		s.respond(conn, req, r, err)
+		s.respond(req, r, err)
 		s.metrics.byMethod[req.Method].observe(time.Since(start))
 	}
 	if ready(deps, pick) {
-		s.workers.run(run)
-	} else {
-		// Wait on a small goroutine; a worker (with the stack SQLite grew) runs it when ready.
-		go func() {
-			_ = wait(rctx, deps, pick)
-			s.workers.run(run)
-		}()
+		return runCall
 	}
-	s.flow.waitRoom(s.stopping)
+	// Wait on a small goroutine; a worker (with the stack SQLite grew) runs it when ready.
+	go func() {
+		_ = wait(rctx, deps, pick)
+		s.workers.run(runCall)
+	}()
+	return nil
 }
 
 // cancelledError is the reply to a request cancelled before it committed anything.
@@ -382,7 +402,7 @@ func cancelledError(ctx context.Context) *jsonrpc2.Error {
 // cancelRequest handles LSP's $/cancelRequest {id}: the requests in flight with that id are
 // cancelled; those that have not committed anything answer -32800. An unknown or finished id is
 // ignored.
-func (s *Server) cancelRequest(conn *jsonrpc2.Conn, req *jsonrpc2.Request, params json.RawMessage) {
+func (s *Server) cancelRequest(req *Request, params json.RawMessage) {
 	var p struct {
 		ID json.RawMessage `json:"id"`
 	}
@@ -391,9 +411,7 @@ func (s *Server) cancelRequest(conn *jsonrpc2.Conn, req *jsonrpc2.Request, param
 			perr = invalidParams("id", "must be the id of a request: a string or an integer in [0, 2^53]")
 		}
 		s.log.Debug("$/cancelRequest ignored", "error", perr.Message)
-		if !req.Notif {
-			s.respond(conn, req, reply{}, perr)
-		}
+		s.respond(req, reply{}, perr)
 		return
 	}
 	s.mu.Lock()
@@ -403,9 +421,7 @@ func (s *Server) cancelRequest(conn *jsonrpc2.Conn, req *jsonrpc2.Request, param
 	}
 	s.mu.Unlock()
 	s.log.Debug("$/cancelRequest", "id", string(p.ID), "cancelled", len(calls))
-	if !req.Notif {
-		s.respond(conn, req, reply{result: nil}, nil)
-	}
+	s.respond(req, reply{result: nil}, nil)
 }
 
 // idKey canonicalises a request id: the string value of a string id, or "#" and the digits of a
@@ -442,42 +458,49 @@ func (s *Server) safeRun(ctx context.Context, m method, c *call) (r reply, err *
 	return m.run(ctx, c)
 }
 
-func (s *Server) respond(conn *jsonrpc2.Conn, req *jsonrpc2.Request, r reply, rerr *jsonrpc2.Error) {
-	ctx := context.Background()
+func (s *Server) respond(req *Request, r reply, rerr *jsonrpc2.Error) {
 	if r.after != nil {
 		defer r.after()
 	}
 	if req.Notif {
-		if rerr != nil {
+		if rerr != nil && req.Method != protocolErrorMethod {
 			s.log.Warn("notification failed", "method", req.Method, "error", rerr.Message)
 		}
 		return
 	}
+	out := s.output()
 	if rerr != nil {
 		if rerr.Code == protocol.CodeInternal || rerr.Code == protocol.CodeUnavailable {
 			s.log.Error("request failed", "method", req.Method, "code", rerr.Code, "error", rerr.Message)
 		} else {
 			s.log.Debug("request rejected", "method", req.Method, "code", rerr.Code, "error", rerr.Message)
 		}
-		if err := conn.ReplyWithError(ctx, req.ID, rerr); err != nil {
+		if err := s.codec.ReplyError(out, req, rerr); err != nil {
 			s.log.Debug("reply not sent", "method", req.Method, "error", err)
 		}
 		return
 	}
 	b, err := json.Marshal(r.result)
 	if err != nil {
-		_ = conn.ReplyWithError(ctx, req.ID, rpcError(protocol.CodeInternal, "internal error: "+err.Error(), nil))
+		_ = s.codec.ReplyError(out, req, rpcError(protocol.CodeInternal, "internal error: "+err.Error(), nil))
 		return
 	}
 	for _, f := range r.rawFields {
 		b = spliceField(b, f.name, f.value)
 	}
-	if r.hasAttachment {
-		s.codec.AttachToReply(req.ID, r.attachment)
-	}
-	if err := conn.SendResponse(ctx, &jsonrpc2.Response{ID: req.ID, Result: s.codec.Result(req.ID, b)}); err != nil {
+	if err := s.codec.Reply(out, req, b, r.attachment, r.hasAttachment); err != nil {
 		s.log.Debug("reply not sent", "method", req.Method, "error", err)
 	}
+}
+
+// output is where replies and notifications go (io.Discard before Serve).
+func (s *Server) output() io.Writer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out == nil {
+		return io.Discard
+	}
+	return s.out
 }
 
 // spliceField adds "name":value to the JSON object b without re-encoding value.
@@ -506,12 +529,12 @@ func spliceField(b []byte, name string, value json.RawMessage) []byte {
 func (s *Server) notify(method string, params any) {
 	s.mu.Lock()
 	on := s.events[method]
-	conn := s.conn
+	out := s.out
 	s.mu.Unlock()
-	if !on || conn == nil {
+	if !on || out == nil {
 		return
 	}
-	if err := conn.Notify(context.Background(), method, params); err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+	if err := s.codec.Notify(out, method, params); err != nil {
 		s.log.Debug("notification not sent", "method", method, "error", err)
 	}
 }
@@ -521,7 +544,7 @@ func (s *Server) onPruned(workflowID string, ids []string, reason string) {
 	s.notify(protocol.NotifyPruned, protocol.PrunedEvent{WorkflowID: workflowID, CheckpointIDs: ids, Reason: reason})
 }
 
-// stdio joins the process's stdin and stdout into the ReadWriteCloser jsonrpc2 wants.
+// stdio joins the process's stdin and stdout, counting reads for drained.
 type stdio struct {
 	in  io.ReadCloser
 	out io.Writer
@@ -563,10 +586,3 @@ func (s *stdio) drained(limit time.Duration) {
 }
 func (s *stdio) Write(p []byte) (int, error) { return s.out.Write(p) }
 func (s *stdio) Close() error                { return s.in.Close() }
-
-// slogAdapter routes jsonrpc2's internal log lines to slog at debug level.
-type slogAdapter struct{ log *slog.Logger }
-
-func (a slogAdapter) Printf(format string, v ...any) {
-	a.log.Debug("jsonrpc2", "msg", fmt.Sprintf(format, v...))
-}

@@ -185,7 +185,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	})
 	stdout, _ := e.stdout.(io.Closer)
 	growPipes(log, e.stdin, stdout)
+	stopProfiles := startProfiles(log, e.getenv("CKPTD_PPROF_DIR"))
 	serveErr := srv.Serve(ctx, e.stdin, e.stdout)
+	stopProfiles()
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", displayDB(path), err)
 	}

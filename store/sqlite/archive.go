@@ -24,16 +24,17 @@ import (
 // A checkpoint that fails verification stops the export with its *CorruptError; an unknown
 // workflow gives ErrNotFound. Nothing is retried once begin was called.
 func (s *Store) Export(ctx context.Context, workflowID string, begin func(store.WorkflowRecord, int) error, each func(store.Checkpoint) error) error {
-	var tx *sql.Tx
+	var tx *rtx
+	var end func()
 	err := s.retry(ctx, func() error {
 		var err error
-		tx, err = s.rdb.BeginTx(ctx, nil)
+		tx, end, err = s.openRead(ctx, true)
 		return err
 	})
 	if err != nil {
 		return wrapDB(fmt.Sprintf("export workflow %q", workflowID), err)
 	}
-	defer func() { _ = tx.Rollback() }()
+	defer end()
 
 	rec := store.WorkflowRecord{WorkflowID: workflowID}
 	var created, updated int64

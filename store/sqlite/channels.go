@@ -211,12 +211,12 @@ const lgCols = `c.id, c.thread_id, c.namespace, c.checkpoint_id, c.parent_id, c.
 type lgReader struct {
 	s     *Store
 	ctx   context.Context
-	tx    *sql.Tx
+	tx    *rtx
 	blobs map[[4]string]*store.LGBlob // nil value: missing or empty
 	bytes int64                       // distinct bytes read so far
 }
 
-func (s *Store) newLGReader(ctx context.Context, tx *sql.Tx) *lgReader {
+func (s *Store) newLGReader(ctx context.Context, tx *rtx) *lgReader {
 	return &lgReader{s: s, ctx: ctx, tx: tx, blobs: map[[4]string]*store.LGBlob{}}
 }
 
@@ -438,7 +438,7 @@ func (r *lgReader) fill(t *store.LGTuple) error {
 }
 
 func (s *Store) lgRead(ctx context.Context, op string, f func(r *lgReader) error) error {
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		return f(s.newLGReader(ctx, tx))
 	})
 	if err != nil {

@@ -169,7 +169,7 @@ func (s *Store) Claimable(ctx context.Context, limit int) ([]store.WorkflowInfo,
 		lim = -1
 	}
 	var out []store.WorkflowInfo
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		out = nil
 		rows, err := tx.QueryContext(ctx, claimableQuery, s.now().UnixMicro(), lim)
 		if err != nil {

@@ -92,7 +92,7 @@ func (s *Store) CompactionStats() store.CompactionStats {
 // scanPending registers every state left raw-pending in the database (by a crash, a stop, or
 // another ckptd process).
 func (s *Store) scanPending(ctx context.Context) error {
-	return s.readTx(ctx, func(tx *sql.Tx) error {
+	return s.readTx(ctx, func(tx *rtx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT hash, size FROM states WHERE encoding = ?`, store.EncRawPending)
 		if err != nil {
 			return err
@@ -180,7 +180,7 @@ type compacted struct {
 // compactStates compresses the given raw-pending states and writes them back in one transaction.
 func (s *Store) compactStates(ctx context.Context, hashes [][]byte) error {
 	var out []compacted
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		out = out[:0]
 		for _, h := range hashes {
 			var size int64

@@ -17,7 +17,7 @@ import (
 // Workflow summarises one workflow like Workflows does; ErrNotFound if it is unknown.
 func (s *Store) Workflow(ctx context.Context, workflowID string) (store.WorkflowInfo, error) {
 	var info store.WorkflowInfo
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		info = store.WorkflowInfo{WorkflowID: workflowID}
 		var updated int64
 		var completed, latest sql.NullInt64
@@ -58,7 +58,7 @@ func (s *Store) Workflow(ctx context.Context, workflowID string) (store.Workflow
 // failing, so the checkpoint's metadata can still be shown. ErrNotFound if it does not exist.
 func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspection, error) {
 	var in store.Inspection
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		in = store.Inspection{}
 		cp, err := s.loadOne(ctx, tx, "c.checkpoint_id = ?", checkpointID)
 		var ce *store.CorruptError
@@ -107,7 +107,7 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspect
 }
 
 // readUnverified reads a checkpoint's summary, task lists and pending writes without its state.
-func readUnverified(ctx context.Context, tx *sql.Tx, checkpointID string) (store.Checkpoint, error) {
+func readUnverified(ctx context.Context, tx *rtx, checkpointID string) (store.Checkpoint, error) {
 	var x summaryScan
 	var completed, pending []byte
 	err := tx.QueryRowContext(ctx, `SELECT `+summaryCols+`, c.completed_tasks, c.pending_tasks
@@ -150,7 +150,7 @@ func readUnverified(ctx context.Context, tx *sql.Tx, checkpointID string) (store
 // Usage adds up checkpoint sizes and counts workflows by state.
 func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 	var u store.Usage
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		u = store.Usage{}
 		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(size), 0), coalesce(sum(stored_size), 0) FROM checkpoints`).
 			Scan(&u.StateBytes, &u.CheckpointStored); err != nil {
@@ -174,11 +174,11 @@ func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 // Summaries returns the stored summaries (not verified) of those of ids that exist, by id.
 func (s *Store) Summaries(ctx context.Context, ids []string) (map[string]store.Summary, error) {
 	out := map[string]store.Summary{}
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		clear(out)
 		for _, id := range ids {
 			var x summaryScan
-			err := tx.QueryRowContext(ctx, `SELECT `+summaryCols+` FROM checkpoints c WHERE c.checkpoint_id = ?`, id).Scan(x.dest()...)
+			err := tx.cachedRow(ctx, `SELECT `+summaryCols+` FROM checkpoints c WHERE c.checkpoint_id = ?`, id).Scan(x.dest()...)
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
 			}

@@ -18,7 +18,7 @@ import (
 // first, then values, then writes, each in key order. Only one row is in memory at a time. A
 // damaged row stops the export with its *CorruptError; a thread with no rows is ErrNotFound.
 func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LGThreadCounts) error, each func(store.LGRecord) error) error {
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		var c store.LGThreadCounts
 		if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM lg_checkpoints WHERE thread_id = ?1),
 				(SELECT count(*) FROM lg_blobs WHERE thread_id = ?1), (SELECT count(*) FROM lg_writes WHERE thread_id = ?1)`,

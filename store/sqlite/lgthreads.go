@@ -18,7 +18,7 @@ import (
 // no stored value is read.
 func (s *Store) LGThreads(ctx context.Context) ([]store.LGThread, error) {
 	var out []store.LGThread
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		byID := map[string]*store.LGThread{}
 		get := func(id string) *store.LGThread {
 			t := byID[id]
@@ -114,7 +114,7 @@ func (s *Store) LGThreadCheckpoints(ctx context.Context, thread string, namespac
 		q += fmt.Sprintf(` LIMIT %d`, limit)
 	}
 	var out []store.LGCheckpointInfo
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		out = nil
 		err := scanRows(ctx, tx, q, func(rows *sql.Rows) error {
 			c := store.LGCheckpointInfo{ThreadID: thread}

@@ -15,7 +15,7 @@ import (
 func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem, error) {
 	var counts store.LGCounts
 	var out []store.LGProblem
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		counts, out = store.LGCounts{}, nil
 		scan := func(table, q string, each func(rows *sql.Rows) error) error {
 			err := scanRows(ctx, tx, q, each)

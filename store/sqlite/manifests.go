@@ -152,7 +152,7 @@ func scanManifestRef(rows *sql.Rows) (store.ManifestRef, error) {
 func (s *Store) manifestRef(ctx context.Context, op, where string, args ...any) (store.ManifestRef, error) {
 	var ref store.ManifestRef
 	found := false
-	err := s.readManifestTx(ctx, op, func(tx *sql.Tx) error {
+	err := s.readManifestTx(ctx, op, func(tx *rtx) error {
 		rows, err := s.query(ctx, tx, manifestRefQuery+where, args...)
 		if err != nil {
 			return err
@@ -211,7 +211,7 @@ func (s *Store) LatestSourcesRef(ctx context.Context, workflowID, root string) (
 // manifest whose rows are incomplete gives a *CorruptError; drift checks the rest as it decodes.
 func (s *Store) Manifest(ctx context.Context, ref store.ManifestRef) (store.ManifestRecord, error) {
 	var m store.ManifestRecord
-	err := s.readManifestTx(ctx, "load manifest", func(tx *sql.Tx) (err error) {
+	err := s.readManifestTx(ctx, "load manifest", func(tx *rtx) (err error) {
 		m, err = s.loadManifestTx(ctx, tx, ref.Key)
 		return err
 	})
@@ -230,7 +230,7 @@ func (s *Store) Manifest(ctx context.Context, ref store.ManifestRef) (store.Mani
 
 // loadManifestTx reads the manifest of checkpoint rowid in tx; ErrNotFound if the checkpoint has
 // none, a *CorruptError if a chunk or entry row it lists is missing.
-func (s *Store) loadManifestTx(ctx context.Context, tx *sql.Tx, rowid int64) (store.ManifestRecord, error) {
+func (s *Store) loadManifestTx(ctx context.Context, tx *rtx, rowid int64) (store.ManifestRecord, error) {
 	var m store.ManifestRecord
 	var ids []byte
 	rows, err := s.query(ctx, tx, `SELECT root, files, header, chunks FROM drift_manifests WHERE ckpt = ?`, rowid)
@@ -292,7 +292,7 @@ func (s *Store) loadManifestTx(ctx context.Context, tx *sql.Tx, rowid int64) (st
 }
 
 // loadChunks reads the chunks ids (without their entries), in order.
-func (s *Store) loadChunks(ctx context.Context, tx *sql.Tx, ids []byte) ([]store.ManifestChunk, error) {
+func (s *Store) loadChunks(ctx context.Context, tx *rtx, ids []byte) ([]store.ManifestChunk, error) {
 	if len(ids)%keyLen != 0 {
 		return nil, &store.CorruptError{Reason: fmt.Sprintf("stored source manifest: chunk list of %d bytes", len(ids))}
 	}
@@ -331,7 +331,7 @@ func (s *Store) loadChunks(ctx context.Context, tx *sql.Tx, ids []byte) ([]store
 
 // readManifestTx runs f in a read transaction (retried while the database is busy); errors other
 // than *CorruptError and ErrNotFound are wrapped with op.
-func (s *Store) readManifestTx(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
+func (s *Store) readManifestTx(ctx context.Context, op string, f func(tx *rtx) error) error {
 	err := s.readTx(ctx, f)
 	var ce *store.CorruptError
 	if err == nil || errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
@@ -344,8 +344,8 @@ func (s *Store) readManifestTx(ctx context.Context, op string, f func(tx *sql.Tx
 // (the "sources" member of workflows.config), or nil.
 func (s *Store) WorkflowSources(ctx context.Context, workflowID string) (json.RawMessage, error) {
 	var cfg sql.NullString
-	err := s.retry(ctx, func() error {
-		return s.rdb.QueryRowContext(ctx, `SELECT config FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&cfg)
+	err := s.readAuto(ctx, func(tx *rtx) error {
+		return tx.cachedRow(ctx, `SELECT config FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&cfg)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil

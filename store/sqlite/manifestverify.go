@@ -11,7 +11,7 @@ import (
 // each distinct chunk, then each checkpoint's manifest by workflow and seq (store.VerifyManifests
 // checks them). Reads only.
 func (s *Store) ScanManifests(ctx context.Context, scan store.ManifestScan) error {
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		err := scanRows(ctx, tx, `SELECT key, data FROM drift_entries`, func(rows *sql.Rows) error {
 			var key, data []byte
 			if err := rows.Scan(&key, &data); err != nil {

@@ -73,46 +73,9 @@ func (x *summaryScan) finish() (store.Summary, error) {
 	return sm, nil
 }
 
-const maxReadStmts = 256
-
-// query runs q inside the read transaction tx, through a cached prepared statement once one
-// exists. On a miss it runs q on tx's own connection and prepares the cached statement in the
-// background: preparing on the pool here would wait for a second connection while tx holds one,
-// and as many concurrent first reads as the pool has connections would wait on each other forever.
-func (s *Store) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
-	s.rmu.Lock()
-	st, ok := s.rstmt[q]
-	if !ok && !s.rclosed && !s.rpreparing[q] && len(s.rstmt)+len(s.rpreparing) < maxReadStmts {
-		if s.rpreparing == nil {
-			s.rpreparing = map[string]bool{}
-		}
-		s.rpreparing[q] = true
-		go s.prepareRead(q)
-	}
-	s.rmu.Unlock()
-	if !ok {
-		return tx.QueryContext(ctx, q, args...)
-	}
-	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
-}
-
-// prepareRead prepares q on the read pool and caches it for query.
-func (s *Store) prepareRead(q string) {
-	st, err := s.rdb.PrepareContext(context.Background(), q)
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	delete(s.rpreparing, q)
-	if err != nil {
-		return // the next miss tries again; the query itself ran without it
-	}
-	if s.rclosed {
-		_ = st.Close()
-		return
-	}
-	if s.rstmt == nil {
-		s.rstmt = map[string]*sql.Stmt{}
-	}
-	s.rstmt[q] = st
+// query runs q inside tx through tx's connection's prepared statement for it (see readpool.go).
+func (s *Store) query(ctx context.Context, tx *rtx, q string, args ...any) (*sql.Rows, error) {
+	return tx.cached(ctx, q, args...)
 }
 
 // retryRead runs a read, retrying while the database is busy, and wraps errors.
@@ -131,7 +94,7 @@ const loadQuery = `SELECT ` + summaryCols + `, c.completed_tasks, c.pending_task
 	FROM checkpoints c LEFT JOIN states s ON s.hash = c.state_hash WHERE `
 
 // loadOne reads and verifies one checkpoint by rowid or checkpoint id inside tx.
-func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) (_ store.Checkpoint, err error) {
+func (s *Store) loadOne(ctx context.Context, tx *rtx, where string, arg any) (_ store.Checkpoint, err error) {
 	var x summaryScan
 	defer func() {
 		var ce *store.CorruptError
@@ -206,7 +169,7 @@ func (s *Store) loadOne(ctx context.Context, tx *sql.Tx, where string, arg any) 
 	return cp, nil
 }
 
-func (s *Store) readWrites(ctx context.Context, tx *sql.Tx, checkpointID string) ([]store.Write, error) {
+func (s *Store) readWrites(ctx context.Context, tx *rtx, checkpointID string) ([]store.Write, error) {
 	rows, err := s.query(ctx, tx, `SELECT task_id, task_path, idx, channel, type, is_bytes, value FROM writes
 		WHERE checkpoint_id = ? ORDER BY task_id, idx`, checkpointID)
 	if err != nil {
@@ -226,22 +189,11 @@ func (s *Store) readWrites(ctx context.Context, tx *sql.Tx, checkpointID string)
 	return out, rows.Err()
 }
 
-func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	return s.retry(ctx, func() error {
-		tx, err := s.rdb.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback() }()
-		return f(tx)
-	})
-}
-
 // Load returns the verified checkpoint checkpointID. A checkpoint that fails verification gives
 // a *CorruptError; an unknown one ErrNotFound.
 func (s *Store) Load(ctx context.Context, checkpointID string) (store.Checkpoint, error) {
 	var cp store.Checkpoint
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		var err error
 		cp, err = s.loadOne(ctx, tx, "c.checkpoint_id = ?", checkpointID)
 		return err
@@ -267,7 +219,7 @@ func (s *Store) Load(ctx context.Context, checkpointID string) (store.Checkpoint
 // one is corrupt, the *CorruptError of the newest.
 func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (store.LoadResult, error) {
 	var res store.LoadResult
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		res = store.LoadResult{}
 		rows, err := s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
 			ORDER BY seq DESC`, workflowID, namespace)
@@ -340,7 +292,7 @@ func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (s
 	return res, nil
 }
 
-func (s *Store) refsAfter(ctx context.Context, tx *sql.Tx, wf, ns string, rowid int64) ([]ckRef, error) {
+func (s *Store) refsAfter(ctx context.Context, tx *rtx, wf, ns string, rowid int64) ([]ckRef, error) {
 	return scanRefs(s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
 		AND seq < (SELECT seq FROM checkpoints WHERE id = ?) ORDER BY seq DESC`, wf, ns, rowid))
 }
@@ -460,7 +412,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Summary, 
 		return nil, invalid("validation", "%q is not one of passed, warning, failed", f.Validation)
 	}
 	var out []store.Summary
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		out = nil
 		var bRowid, bSeq int64
 		same := false
@@ -509,9 +461,9 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Summary, 
 }
 
 // summaryByRowid reads one summary (no verification).
-func summaryByRowid(ctx context.Context, tx *sql.Tx, rowid int64) (store.Summary, error) {
+func summaryByRowid(ctx context.Context, tx *rtx, rowid int64) (store.Summary, error) {
 	var x summaryScan
-	if err := tx.QueryRowContext(ctx, `SELECT `+summaryCols+` FROM checkpoints c WHERE c.id = ?`, rowid).Scan(x.dest()...); err != nil {
+	if err := tx.cachedRow(ctx, `SELECT `+summaryCols+` FROM checkpoints c WHERE c.id = ?`, rowid).Scan(x.dest()...); err != nil {
 		return store.Summary{}, err
 	}
 	sm, _ := x.finish() // a bad stored error is reported when the checkpoint is loaded
@@ -522,9 +474,9 @@ func summaryByRowid(ctx context.Context, tx *sql.Tx, rowid int64) (store.Summary
 // completed. Ordered by most recently updated first.
 func (s *Store) Workflows(ctx context.Context, resumableOnly bool) ([]store.WorkflowInfo, error) {
 	var out []store.WorkflowInfo
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		out = nil
-		rows, err := tx.QueryContext(ctx, `SELECT w.workflow_id, w.updated_at, w.completed_at,
+		rows, err := s.query(ctx, tx, `SELECT w.workflow_id, w.updated_at, w.completed_at,
 			(SELECT count(*) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
 			(SELECT coalesce(sum(c.stored_size), 0) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
 			(SELECT c.id FROM checkpoints c WHERE c.workflow_id = w.workflow_id ORDER BY c.seq DESC LIMIT 1)
@@ -645,11 +597,25 @@ func (s *Store) PutWritesFenced(ctx context.Context, workflowID, namespace, chec
 }
 
 // scanRows runs q (with args) in tx and calls each for every row.
-func scanRows(ctx context.Context, tx *sql.Tx, q string, each func(rows *sql.Rows) error, args ...any) error {
+func scanRows(ctx context.Context, tx *rtx, q string, each func(rows *sql.Rows) error, args ...any) error {
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
+	return eachRow(ctx, rows, each)
+}
+
+// scanCached is scanRows through tx's connection's prepared statement for q: for queries of a
+// fixed text (no placeholders that vary in number).
+func scanCached(ctx context.Context, tx *rtx, q string, each func(rows *sql.Rows) error, args ...any) error {
+	rows, err := tx.cached(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	return eachRow(ctx, rows, each)
+}
+
+func eachRow(ctx context.Context, rows *sql.Rows, each func(rows *sql.Rows) error) error {
 	defer rows.Close()
 	for rows.Next() {
 		if err := each(rows); err != nil {

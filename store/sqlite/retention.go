@@ -33,8 +33,8 @@ func (s *Store) Configure(ctx context.Context, workflowID string, r *store.Reten
 	}
 	if r == nil {
 		var js sql.NullString
-		err := s.retry(ctx, func() error {
-			return s.rdb.QueryRowContext(ctx, `SELECT retention FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&js)
+		err := s.readAuto(ctx, func(tx *rtx) error {
+			return tx.cachedRow(ctx, `SELECT retention FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&js)
 		})
 		if errors.Is(err, sql.ErrNoRows) {
 			return s.defRet, nil
@@ -67,8 +67,8 @@ func (s *Store) Configure(ctx context.Context, workflowID string, r *store.Reten
 // workflows are not completed.
 func (s *Store) IsCompleted(ctx context.Context, workflowID string) (bool, error) {
 	var c sql.NullInt64
-	err := s.retry(ctx, func() error {
-		return s.rdb.QueryRowContext(ctx, `SELECT completed_at FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&c)
+	err := s.readAuto(ctx, func(tx *rtx) error {
+		return tx.cachedRow(ctx, `SELECT completed_at FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&c)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
@@ -343,8 +343,8 @@ func (s *Store) ExpireIdle(ctx context.Context) (map[string][]string, error) {
 	if s.defRet.IdleTTLSeconds <= 0 {
 		// only workflows with their own retention can expire: skip the writer when none has a TTL
 		var n int
-		err := s.retry(ctx, func() error {
-			return s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM workflows WHERE retention IS NOT NULL
+		err := s.readAuto(ctx, func(tx *rtx) error {
+			return tx.QueryRowContext(ctx, `SELECT count(*) FROM workflows WHERE retention IS NOT NULL
 				AND coalesce(json_extract(retention, '$.idleTtlSeconds'), 0) > 0`).Scan(&n)
 		})
 		if err != nil {

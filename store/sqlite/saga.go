@@ -124,8 +124,8 @@ func (s *Store) refsWithoutRetentionHolds(ctx context.Context, w *wtx, wf, ns st
 // "compensation" members of workflows.config); zero for unknown workflows.
 func (s *Store) SagaConfig(ctx context.Context, workflowID string) (store.SagaConfig, error) {
 	var cfg sql.NullString
-	err := s.retry(ctx, func() error {
-		return s.rdb.QueryRowContext(ctx, `SELECT config FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&cfg)
+	err := s.readAuto(ctx, func(tx *rtx) error {
+		return tx.cachedRow(ctx, `SELECT config FROM workflows WHERE workflow_id = ?`, workflowID).Scan(&cfg)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.SagaConfig{}, nil
@@ -210,9 +210,9 @@ func (s *Store) ValidationHistory(ctx context.Context, workflowID, namespace str
 		limit = store.DefaultListLimit
 	}
 	var out []store.ValidationRef
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readAuto(ctx, func(tx *rtx) error {
 		out = nil
-		return scanRows(ctx, tx, `SELECT checkpoint_id, seq, validation_status FROM checkpoints INDEXED BY checkpoints_validation
+		return scanCached(ctx, tx, `SELECT checkpoint_id, seq, validation_status FROM checkpoints INDEXED BY checkpoints_validation
 			WHERE workflow_id = ? AND namespace = ? AND validation_status IS NOT NULL AND seq < ? ORDER BY seq DESC LIMIT ?`,
 			func(rows *sql.Rows) error {
 				var r store.ValidationRef
@@ -282,8 +282,8 @@ func (s *Store) RegisterCompensation(ctx context.Context, req store.Compensation
 // completed): what a required step must have before it saves completed.
 func (s *Store) OpenCompensationForStep(ctx context.Context, workflowID, namespace, step string) (bool, error) {
 	var ok bool
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM compensations WHERE workflow_id = ?1 AND namespace = ?2
+	err := s.readAuto(ctx, func(tx *rtx) error {
+		return tx.cachedRow(ctx, `SELECT EXISTS (SELECT 1 FROM compensations WHERE workflow_id = ?1 AND namespace = ?2
 			AND step_name = ?3 AND status != 'done' AND after_seq >= coalesce((SELECT seq FROM checkpoints
 				WHERE workflow_id = ?1 AND namespace = ?2 AND step_name = ?3 AND phase = 'completed' ORDER BY seq DESC LIMIT 1), 0))`,
 			workflowID, namespace, step).Scan(&ok)
@@ -324,9 +324,9 @@ func (s *Store) Compensations(ctx context.Context, workflowID, namespace string,
 		maxSeq = math.MaxInt64
 	}
 	var out []store.Compensation
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readAuto(ctx, func(tx *rtx) error {
 		out = nil
-		return scanRows(ctx, tx, `SELECT `+compensationCols+` FROM compensations
+		return scanCached(ctx, tx, `SELECT `+compensationCols+` FROM compensations
 			WHERE workflow_id = ? AND namespace = ? AND after_seq >= ? AND seq <= ? ORDER BY seq`,
 			func(rows *sql.Rows) error {
 				c, err := scanCompensation(rows)
@@ -346,9 +346,9 @@ func (s *Store) Compensations(ctx context.Context, workflowID, namespace string,
 // Compensation returns one compensation; store.ErrNotFound if it does not exist.
 func (s *Store) Compensation(ctx context.Context, compensationID string) (store.Compensation, error) {
 	var c store.Compensation
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readAuto(ctx, func(tx *rtx) error {
 		var err error
-		c, err = scanCompensation(tx.QueryRowContext(ctx, `SELECT `+compensationCols+` FROM compensations WHERE compensation_id = ?`, compensationID))
+		c, err = scanCompensation(tx.cachedRow(ctx, `SELECT `+compensationCols+` FROM compensations WHERE compensation_id = ?`, compensationID))
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -381,9 +381,9 @@ func scanRollback(sc interface{ Scan(...any) error }) (store.Rollback, error) {
 // Rollback returns one rollback; store.ErrNotFound if it does not exist.
 func (s *Store) Rollback(ctx context.Context, rollbackID string) (store.Rollback, error) {
 	var r store.Rollback
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readAuto(ctx, func(tx *rtx) error {
 		var err error
-		r, err = scanRollback(tx.QueryRowContext(ctx, `SELECT `+rollbackCols+` FROM rollbacks WHERE rollback_id = ?`, rollbackID))
+		r, err = scanRollback(tx.cachedRow(ctx, `SELECT `+rollbackCols+` FROM rollbacks WHERE rollback_id = ?`, rollbackID))
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -399,8 +399,8 @@ func (s *Store) Rollback(ctx context.Context, rollbackID string) (store.Rollback
 // nil if there was none. An unfinished one is always the newest.
 func (s *Store) LatestRollback(ctx context.Context, workflowID, namespace string) (*store.Rollback, error) {
 	var r *store.Rollback
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		got, err := scanRollback(tx.QueryRowContext(ctx, `SELECT `+rollbackCols+` FROM rollbacks
+	err := s.readAuto(ctx, func(tx *rtx) error {
+		got, err := scanRollback(tx.cachedRow(ctx, `SELECT `+rollbackCols+` FROM rollbacks
 			WHERE workflow_id = ? AND namespace = ? ORDER BY completed_at IS NULL DESC, created_at DESC, rowid DESC LIMIT 1`,
 			workflowID, namespace))
 		if errors.Is(err, sql.ErrNoRows) {

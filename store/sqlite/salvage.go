@@ -419,7 +419,7 @@ func (s *Store) surveyLG(ctx context.Context, sv *Survey) error {
 // and is reported in manifestErr; err is the checkpoint's own failure (a *store.CorruptError
 // when it does not verify or sits on a damaged page).
 func (s *Store) SalvageCheckpoint(ctx context.Context, rowid int64) (cp store.Checkpoint, manifestErr, err error) {
-	err = s.readTx(ctx, func(tx *sql.Tx) error {
+	err = s.readTx(ctx, func(tx *rtx) error {
 		var err error
 		if cp, err = s.loadOne(ctx, tx, "c.id = ?", rowid); err != nil {
 			return err
@@ -451,7 +451,7 @@ func (s *Store) SalvageLGRow(ctx context.Context, kind string, rowid int64) (sto
 	var size int64
 	var sha, data []byte
 	var what string
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		switch kind {
 		case store.LGKindCheckpoint:
 			var parent sql.NullString

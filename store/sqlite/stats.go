@@ -18,7 +18,7 @@ func (s *Store) Stats(ctx context.Context) (store.DBStats, error) {
 	if fi, err := os.Stat(s.path); err == nil {
 		st.SizeBytes = fi.Size()
 	}
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		return tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM workflows), (SELECT count(*) FROM checkpoints),
 			(SELECT count(*) FROM states), (SELECT coalesce(sum(stored_size), 0) FROM states)`).
 			Scan(&st.Workflows, &st.Checkpoints, &st.States, &st.StatesStoredBytes)
@@ -41,7 +41,7 @@ func (s *Store) Health(ctx context.Context) (store.Health, error) {
 	}
 	h.Figures = []store.Figure{{Name: "walBytes", Value: wal}}
 	var pageSize, pageCount, free int64
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		return tx.QueryRowContext(ctx, `SELECT (SELECT page_size FROM pragma_page_size), (SELECT page_count FROM pragma_page_count),
 			(SELECT freelist_count FROM pragma_freelist_count)`).Scan(&pageSize, &pageCount, &free)
 	})
@@ -68,7 +68,7 @@ func (s *Store) Health(ctx context.Context) (store.Health, error) {
 // reading). progress, if not nil, is called with the number of states checked.
 func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]store.CorruptError, error) {
 	var out []store.CorruptError
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		out = nil
 		var total int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM states`).Scan(&total); err != nil {
@@ -183,7 +183,7 @@ func isDamaged(err error) bool { return sqliteCode(err) == 11 || sqliteCode(err)
 // for damage that stops it).
 func (s *Store) IntegrityCheck(ctx context.Context) ([]string, error) {
 	var out []string
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
+	err := s.readTx(ctx, func(tx *rtx) error {
 		out = nil
 		return scanRows(ctx, tx, `PRAGMA integrity_check`, func(rows *sql.Rows) error {
 			var msg string
@@ -211,7 +211,7 @@ func (s *Store) IntegrityCheck(ctx context.Context) ([]string, error) {
 
 // verifyEach verifies every checkpoint with loadOne: Verify's fallback when SQLite cannot scan
 // the states table.
-func (s *Store) verifyEach(ctx context.Context, tx *sql.Tx) ([]store.CorruptError, error) {
+func (s *Store) verifyEach(ctx context.Context, tx *rtx) ([]store.CorruptError, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id FROM checkpoints ORDER BY id`)
 	if err != nil {
 		return nil, err

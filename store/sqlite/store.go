@@ -69,13 +69,9 @@ type Store struct {
 	// wcache holds the writer connection's other prepared statements by SQL text (wtx.wstmt);
 	// writer goroutine only.
 	wcache map[string]*sql.Stmt
-	rdb    *sql.DB // query_only read pool
-	rmu    sync.Mutex
-	rstmt  map[string]*sql.Stmt // prepared read statements (per connection inside database/sql)
-	// rpreparing: statements being prepared in the background; rclosed: the pool is closing.
-	rpreparing map[string]bool
-	rclosed    bool
-	cdb        *sql.DB // WAL checkpointer connection
+	rdb    *sql.DB   // query_only connections, pinned by rpool
+	rpool  *readPool // the read path (readpool.go)
+	cdb    *sql.DB   // WAL checkpointer connection
 
 	mu       sync.Mutex
 	queue    []*job
@@ -440,9 +436,11 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 // openReaders opens the read pool and the WAL checkpointer's pool (connections come lazily).
 func (s *Store) openReaders(busy, limit, sync, fullfsync string) error {
 	var err error
-	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, ""), readPoolSize); err != nil {
+	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, ""), readPoolSize+1); err != nil {
 		return err
 	}
+	// rpool pins up to readPoolSize connections; one more serves tests and diagnostics.
+	s.rpool = newReadPool(s.rdb, readPoolSize)
 	s.cdb, err = s.openPool(s.dsn([]string{"busy_timeout(1000)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)"}, ""), 1)
 	return err
 }
@@ -508,13 +506,9 @@ func (s *Store) closeConns() {
 	if s.wconn != nil {
 		_ = s.wconn.Close()
 	}
-	s.rmu.Lock()
-	for _, st := range s.rstmt {
-		_ = st.Close()
+	if s.rpool != nil {
+		s.rpool.close()
 	}
-	s.rstmt = nil
-	s.rclosed = true
-	s.rmu.Unlock()
 	for _, db := range []*sql.DB{s.rdb, s.cdb, s.wdb} {
 		if db != nil {
 			_ = db.Close()

@@ -15,7 +15,12 @@ iteration (ckptd deduplicates identical states, which would flatter it). The dae
 --keep-last 0 so that neither side deletes anything. Prints p50/p95/p99 in milliseconds and the
 ratio ckptd / baseline; the target is a round-trip p95 ratio <= 1.0.
 
-usage: bench_roundtrip.py [--binary PATH] [--n 300] [--sizes 1024,102400] [--durability full|normal]
+With --base-binary OLD, a third contender runs the same save + load through a daemon of the
+binary OLD (a baseline build, e.g. main's), interleaved with the others, and a second table gives
+the ratios ckptd / OLD, plus a trivial request (workflows() on a database holding one workflow)
+through both daemons: an A/B of two builds measured in one run.
+
+usage: bench_roundtrip.py [--binary PATH] [--base-binary OLD] [--n 300] [--sizes 1024,102400] [--durability full|normal]
 """
 
 from __future__ import annotations
@@ -128,6 +133,7 @@ def human(n: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description="ckptd client round-trip benchmark vs in-process sqlite3")
     ap.add_argument("--binary", help="ckptd executable (default: $CKPTD_PATH, else ckptd on PATH)")
+    ap.add_argument("--base-binary", help="a baseline ckptd executable to compare with, interleaved in the same run")
     ap.add_argument("--n", type=int, default=300, help="measured round trips per size (default 300)")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--sizes", default="1024,102400", help="state sizes in bytes (default 1024,102400)")
@@ -142,9 +148,14 @@ def main() -> int:
     rng = random.Random(args.seed)
     synchronous = args.durability.upper()
     rows = []
+    ab_rows = []
     try:
-        client = ckptd.Client(db=os.path.join(work, "ckptd.db"), binary=args.binary,
-                              args=["--durability", args.durability, "--keep-last", "0", "--log-level", "warn"])
+        daemon_args = ["--durability", args.durability, "--keep-last", "0", "--log-level", "warn"]
+        client = ckptd.Client(db=os.path.join(work, "ckptd.db"), binary=args.binary, args=daemon_args)
+        old = None
+        if args.base_binary:
+            old = ckptd.Client(db=os.path.join(work, "ckptd-base.db"), binary=args.base_binary, args=daemon_args)
+            print("A/B baseline: ckptd %s (%s)" % (old.server_info.get("serverVersion"), old.binary))
         base = Baseline(os.path.join(work, "baseline.db"), synchronous)
         fs = subprocess.run(["df", "-T", work], capture_output=True, text=True).stdout.splitlines()[-1:] or ["?"]
         print("ckptd %s (%s), durability %s | baseline: sqlite3 %s in-process, WAL, synchronous=%s"
@@ -157,16 +168,19 @@ def main() -> int:
             actual = len(json.dumps(state0, separators=(",", ":")).encode())
             wf = "bench-%d" % size
             res: Dict[str, Dict[str, List[float]]] = {
-                "ckptd": {"save": [], "load": [], "rt": []}, "baseline": {"save": [], "load": [], "rt": []}}
+                "ckptd": {"save": [], "load": [], "rt": []}, "baseline": {"save": [], "load": [], "rt": []},
+                "old": {"save": [], "load": [], "rt": []}}
+            contenders = ["ckptd", "baseline"] + (["old"] if old else [])
             for i in range(args.warmup + args.n):
                 state = vary(state0, i, rng)
-                order = ("ckptd", "baseline") if i % 2 == 0 else ("baseline", "ckptd")
+                order = contenders[i % len(contenders):] + contenders[:i % len(contenders)]
                 for who in order:
                     t0 = time.perf_counter()
-                    if who == "ckptd":
-                        cid = client.save(wf, state, step=i)["checkpointId"]
+                    if who in ("ckptd", "old"):
+                        c = client if who == "ckptd" else old
+                        cid = c.save(wf, state, step=i)["checkpointId"]
                         t1 = time.perf_counter()
-                        back = client.load(checkpoint_id=cid).state
+                        back = c.load(checkpoint_id=cid).state
                     else:
                         cid = base.save(wf, state)
                         t1 = time.perf_counter()
@@ -183,6 +197,22 @@ def main() -> int:
                 c, b = res["ckptd"][op], res["baseline"][op]
                 rows.append((human(size), actual, label, [pct(c, p) for p in (50, 95, 99)],
                              [pct(b, p) for p in (50, 95, 99)]))
+                if old:
+                    ab_rows.append((human(size), label, [pct(c, p) for p in (50, 95, 99)],
+                                    [pct(res["old"][op], p) for p in (50, 95, 99)]))
+        if old:
+            # The trivial request: workflows() (workflow/list) on a database holding one workflow.
+            lat: Dict[str, List[float]] = {"ckptd": [], "old": []}
+            for i in range(args.warmup + args.n):
+                for who in (("ckptd", "old") if i % 2 == 0 else ("old", "ckptd")):
+                    c = client if who == "ckptd" else old
+                    t0 = time.perf_counter()
+                    c.workflows()
+                    if i >= args.warmup:
+                        lat[who].append(time.perf_counter() - t0)
+            ab_rows.append(("-", "workflows", [pct(lat["ckptd"], p) for p in (50, 95, 99)],
+                            [pct(lat["old"], p) for p in (50, 95, 99)]))
+            old.close()
         client.close()
         base.con.close()
     finally:
@@ -200,6 +230,17 @@ def main() -> int:
               % (size_h, label, c[0], c[1], c[2], b[0], b[1], b[2], ratios[0], ratios[1], ratios[2]))
         if label == "round trip":
             verdicts.append((size_h, ratios[1]))
+    if ab_rows:
+        hdr = "%-7s %-10s | %-26s | %-26s | %s" % ("state", "op", "ckptd p50 / p95 / p99 ms", "base p50 / p95 / p99 ms",
+                                                  "ratio p50 / p95 / p99")
+        print()
+        print("A/B: this build against --base-binary, same run (below 1x: faster)")
+        print(hdr)
+        print("-" * len(hdr))
+        for size_h, label, c, b in ab_rows:
+            ratios = [x / y if y > 0 else float("inf") for x, y in zip(c, b)]
+            print("%-7s %-10s | %7.3f / %7.3f / %7.3f | %7.3f / %7.3f / %7.3f | %5.2fx / %5.2fx / %5.2fx"
+                  % (size_h, label, c[0], c[1], c[2], b[0], b[1], b[2], ratios[0], ratios[1], ratios[2]))
     print()
     for size_h, ratio in verdicts:
         print("%s round trip p95: ckptd / in-process sqlite3 = %.2fx -> %s (target <= 1.0x)"
