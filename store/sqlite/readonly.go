@@ -77,18 +77,20 @@ func openReadOnly(ctx context.Context, opts Options, cond store.Condition) (*Sto
 	s.cond.Store(&c)
 	busy := fmt.Sprintf("busy_timeout(%d)", opts.busyTimeout.Milliseconds())
 	tryOpen := func(extra string) error {
-		rdb, err := s.openPool(s.dsnMode("ro", []string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"})+extra, readPoolSize)
+		rdb, err := s.openPool(s.dsnMode("ro", []string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"})+extra, readPoolSize+1)
 		if err != nil {
 			return err
 		}
 		s.rdb = rdb
+		s.rpool = newReadPool(rdb, readPoolSize) // reads run on pinned connections, as in Open
 		var n int
 		err = s.retry(ctx, func() error {
 			return s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n)
 		})
 		if err != nil {
+			s.rpool.close()
 			_ = s.rdb.Close()
-			s.rdb = nil
+			s.rdb, s.rpool = nil, nil
 		}
 		return err
 	}
