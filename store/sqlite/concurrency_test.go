@@ -60,6 +60,13 @@ func TestCloseTruncatesWAL(t *testing.T) {
 	require.NoError(t, s.Close())
 	wi, err := os.Stat(path + "-wal")
 	require.True(t, err != nil || wi.Size() == 0, "Close checkpointed the WAL")
+	// and every connection closed: SQLite removes the WAL and its index with the last one (a
+	// statement the writer cached and never finalized once kept them, and a restart on a full
+	// disk then found an index it could not grow).
+	for _, f := range []string{path + "-wal", path + "-shm"} {
+		_, err := os.Stat(f)
+		require.True(t, os.IsNotExist(err), "%s is still there after Close: %v", f, err)
+	}
 }
 
 func TestBusyRetryAndGiveUp(t *testing.T) {

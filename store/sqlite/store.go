@@ -503,6 +503,12 @@ func (s *Store) closeConns() {
 	if s.ws != nil {
 		s.ws.close()
 	}
+	// The writer's cached statements first: a statement left to the connection's close can
+	// keep SQLite from seeing the last connection go, and the WAL then stays behind.
+	for q, st := range s.wcache {
+		_ = st.Close()
+		delete(s.wcache, q)
+	}
 	if s.wconn != nil {
 		_ = s.wconn.Close()
 	}
