@@ -142,6 +142,8 @@ func TestCompactorRunsWhenIdle(t *testing.T) {
 	defer s.Close()
 	res := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: checkpointJSON(rand.New(rand.NewPCG(5, 5)), 50<<10)})
 	require.Eventually(t, func() bool { return encodingOf(t, s, res.CheckpointID) == "zstd" }, 10*time.Second, 10*time.Millisecond)
+	// the counter moves just after the commit a reader may already see
+	require.Eventually(t, func() bool { return s.CompactionStats().Compacted == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, int64(1), s.CompactionStats().Compacted)
 }
 
