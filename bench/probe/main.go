@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -38,8 +37,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	_ "modernc.org/sqlite"
 
 	"github.com/ckptd/ckptd/framing"
 	"github.com/ckptd/ckptd/store"
@@ -221,19 +218,11 @@ func run(bin, base string, n, cpuN int, jsonOut, dir, durability string) error {
 	defer saves.stop()
 
 	// In process: a prepared SELECT on an empty table, and store.Workflows on an empty database.
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "raw.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	floor, err := sqlite.OpenSelectFloor(filepath.Join(dir, "raw.db"))
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(`CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)`); err != nil {
-		return err
-	}
-	sel, err := db.Prepare(`SELECT id, v FROM t WHERE id = ?`)
-	if err != nil {
-		return err
-	}
+	defer floor.Close()
 	st, err := sqlite.Open(ctx, store.Options{Path: filepath.Join(dir, "inproc.db"), Durability: durability})
 	if err != nil {
 		return err
@@ -280,14 +269,7 @@ func run(bin, base string, n, cpuN int, jsonOut, dir, durability string) error {
 			_, err := io.ReadFull(ec.out, echoBuf)
 			return err
 		}},
-		{name: "sql", what: "in process: prepared modernc SELECT, empty table", run: func(i int) error {
-			var id int64
-			var v []byte
-			if err := sel.QueryRow(i).Scan(&id, &v); err != sql.ErrNoRows {
-				return fmt.Errorf("select: %v", err)
-			}
-			return nil
-		}},
+		{name: "sql", what: "in process: prepared modernc SELECT, empty table", run: floor.Run},
 		{name: "workflows", what: "in process: store.Workflows, empty database", floor: "sql", run: func(int) error {
 			_, err := st.Workflows(ctx, false)
 			return err
