@@ -723,6 +723,18 @@ type LGPruneView interface {
 	Written(id string) ([]string, error)
 }
 
+// SplitKept splits nodes, in their order, into those whose Key keep holds and the others.
+func SplitKept(nodes []*LGNode, keep map[int64]bool) (kept, drop []*LGNode) {
+	for _, n := range nodes {
+		if keep[n.Key] {
+			kept = append(kept, n)
+		} else {
+			drop = append(drop, n)
+		}
+	}
+	return kept, drop
+}
+
 // SelectKeepLatest chooses what a keep_latest prune keeps of one (thread, namespace) whose
 // checkpoints nodes lists newest first: the latest, plus the ancestors a delta-channel replay
 // of it needs. It returns the Keys of the nodes to keep.

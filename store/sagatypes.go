@@ -146,3 +146,23 @@ type Rollback struct {
 
 // Full reports whether the rollback undoes everything (no target checkpoint).
 func (r Rollback) Full() bool { return r.ToCheckpointID == "" }
+
+// CheckCompensation reports what makes req unstorable, naming the field (the checks every
+// backend makes before it stores a compensation; a backend adds its own, e.g. NUL in text).
+func CheckCompensation(req CompensationRequest) error {
+	switch {
+	case req.WorkflowID == "":
+		return Invalid("workflowId", "required")
+	case len(req.WorkflowID) > MaxWorkflowIDBytes:
+		return Invalid("workflowId", "longer than %d bytes", MaxWorkflowIDBytes)
+	case len(req.Action) == 0 || string(req.Action) == "null":
+		return Invalid("action", "required (the JSON the client runs to undo the side effect)")
+	case !json.Valid(req.Action):
+		return Invalid("action", "not valid JSON")
+	case len(req.Action) > MaxCompensationActionBytes:
+		return &TooLargeError{Limit: MaxCompensationActionBytes, Size: int64(len(req.Action))}
+	case len(req.Description) > MaxCompensationTextBytes:
+		return Invalid("description", "longer than %d bytes", MaxCompensationTextBytes)
+	}
+	return nil
+}

@@ -925,14 +925,7 @@ func lgKeepLatest(ctx context.Context, w *wtx, thread, ns string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var drop, kept []*store.LGNode
-	for _, n := range nodes {
-		if keep[n.Key] {
-			kept = append(kept, n)
-		} else {
-			drop = append(drop, n)
-		}
-	}
+	kept, drop := store.SplitKept(nodes, keep)
 	if err := lgDeleteRows(ctx, w, thread, ns, drop); err != nil {
 		return 0, err
 	}

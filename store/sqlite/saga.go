@@ -233,19 +233,8 @@ func (s *Store) ValidationHistory(ctx context.Context, workflowID, namespace str
 // if needed. Its Seq follows the workflow's previous registration, its AfterSeq is the
 // workflow's newest checkpoint seq at this moment.
 func (s *Store) RegisterCompensation(ctx context.Context, req store.CompensationRequest) (store.Compensation, error) {
-	switch {
-	case req.WorkflowID == "":
-		return store.Compensation{}, invalid("workflowId", "required")
-	case len(req.WorkflowID) > store.MaxWorkflowIDBytes:
-		return store.Compensation{}, invalid("workflowId", "longer than %d bytes", store.MaxWorkflowIDBytes)
-	case len(req.Action) == 0 || string(req.Action) == "null":
-		return store.Compensation{}, invalid("action", "required (the JSON the client runs to undo the side effect)")
-	case !json.Valid(req.Action):
-		return store.Compensation{}, invalid("action", "not valid JSON")
-	case len(req.Action) > store.MaxCompensationActionBytes:
-		return store.Compensation{}, &store.TooLargeError{Limit: store.MaxCompensationActionBytes, Size: int64(len(req.Action))}
-	case len(req.Description) > store.MaxCompensationTextBytes:
-		return store.Compensation{}, invalid("description", "longer than %d bytes", store.MaxCompensationTextBytes)
+	if err := store.CheckCompensation(req); err != nil {
+		return store.Compensation{}, err
 	}
 	u, err := uuid.NewV7()
 	if err != nil {
