@@ -84,11 +84,11 @@ type LangGraph interface {
 	LGList(ctx context.Context, f LGListFilter) (LGListResult, error)
 	// LGChannelHistory answers lg/channelHistory (ChannelHistory over one snapshot).
 	LGChannelHistory(ctx context.Context, thread, ns, checkpointID string, channels []string) (LGHistoryResult, error)
-	// LGDeleteThread deletes a thread's rows; it returns the checkpoints deleted.
+	// LGDeleteThread deletes a thread's rows, in bites; it returns the checkpoints deleted.
 	LGDeleteThread(ctx context.Context, thread string) (int, error)
 	// LGCopyThread copies a thread's rows to another thread id; it returns the checkpoints copied.
 	LGCopyThread(ctx context.Context, src, dst string) (int, error)
-	// LGPrune prunes threads ("delete", or "keep_latest": SelectKeepLatest per namespace).
+	// LGPrune prunes threads ("delete", or "keep_latest": SelectKeepLatest per namespace), in bites.
 	LGPrune(ctx context.Context, threads []string, strategy string) (int, error)
 	// LGDeleteForRuns deletes the checkpoints whose metadata.run_id is one of runIDs.
 	LGDeleteForRuns(ctx context.Context, runIDs []string) (int, error)
@@ -96,6 +96,18 @@ type LangGraph interface {
 	LGThreads(ctx context.Context) ([]LGThread, error)
 	// LGThreadCheckpoints lists a thread's checkpoints (namespace by namespace, newest first).
 	LGThreadCheckpoints(ctx context.Context, thread string, namespace *string, limit int) ([]LGCheckpointInfo, error)
+	// LGStageValue stores one value of thread ahead of the put or putWrites that names it
+	// (LGBlob.Staged, LGWrite.Staged, LGPutRequest.CheckpointStaged) and returns its id. A
+	// value no put takes is collected after LGStagedTTL (and when the store closes).
+	LGStageValue(ctx context.Context, thread, typ string, data []byte) (int64, error)
+	// LGConfigure sets (r) or removes (inherit) the own retention of thread, or with a nil
+	// thread the database's; it returns the effective retention (store/lgretention.go).
+	LGConfigure(ctx context.Context, thread *string, r *Retention, inherit bool) (LGRetentionInfo, error)
+	// LGExpireIdle deletes, in bites, the threads past their idle TTL and stale staged values.
+	LGExpireIdle(ctx context.Context) (LGSweepResult, error)
+	// LGIdleThreads lists the threads whose last put is older than before, oldest first (limit
+	// 0: all).
+	LGIdleThreads(ctx context.Context, before time.Time, limit int) ([]LGIdleThread, error)
 }
 
 // Claims hands workflows over between workers (store/claims.go): a claim with a lease and a

@@ -2,9 +2,13 @@ package store
 
 // LangGraph channel storage (docs/protocol.md, "LangGraph channel storage"): checkpoints keyed by
 // (thread, namespace, checkpoint id) whose channel values are stored once per (thread, namespace,
-// channel, version), so that a put stores only the channels that changed. This family is
-// separate from the checkpoints: no seq, no retention, ids unique per (thread, namespace) only.
-// The nouns, and the logic over them every backend shares.
+// channel, version, variant), so that a put stores only the channels that changed. A version
+// normally names one value (variant 0); when a replayed branch stores other bytes under a version
+// another branch already used, they become the next variant, and each checkpoint records the
+// variant of each of its channels (its value refs, LGNode.Refs), so that no checkpoint reads a
+// value of another branch. This family is separate from the checkpoints: no seq, its own
+// retention (opt-in, store/lgretention.go), ids unique per (thread, namespace) only. The nouns,
+// and the logic over them every backend shares.
 
 import (
 	"bytes"
@@ -25,17 +29,23 @@ const LGEmptyType = "empty"
 
 // Limits of the LangGraph family.
 const (
-	LGMaxListLimit  = 100000
-	maxLGThreadID   = MaxWorkflowIDBytes
-	maxLGCheckpoint = MaxCheckpointIDBytes
+	LGMaxListLimit = 100000
+	// MaxLGThreadIDBytes bounds a thread id (the empty string is a thread id too, as in
+	// LangGraph's savers). Generous, yet small enough for every key holding it to fit in one
+	// PostgreSQL index entry (at most 2704 bytes) next to a namespace and a checkpoint id.
+	MaxLGThreadIDBytes = 2048
+	maxLGCheckpoint    = MaxCheckpointIDBytes
 )
 
 // LGBlob is one channel value (or, in writes, a write's value) with its serializer tag.
 type LGBlob struct {
 	Channel string
 	Version string // canonical JSON text of the version (see CanonicalVersion)
+	Variant int    // which stored value of (channel, version): 0 the first (see LGNode.Refs)
 	Type    string
 	Data    []byte
+	// Staged names, in a put, a value stored ahead by LGStageValue instead of Type and Data.
+	Staged int64
 }
 
 // LGWrite is one pending write of a task.
@@ -46,6 +56,8 @@ type LGWrite struct {
 	Channel  string
 	Type     string
 	Data     []byte
+	// Staged names, in LGPutWrites, a value stored ahead by LGStageValue instead of Type and Data.
+	Staged int64
 }
 
 // LGPutRequest is one LangGraph checkpoint to store with its new channel blobs.
@@ -59,9 +71,15 @@ type LGPutRequest struct {
 	ChannelVersions json.RawMessage // JSON object channel -> version (string or number)
 	Metadata        json.RawMessage // JSON object or nil
 	Blobs           []LGBlob
+	// CheckpointStaged names a value stored ahead by LGStageValue that is the checkpoint (Type
+	// and Checkpoint then empty).
+	CheckpointStaged int64
 	// FencingToken is the token of the writer's claim on the thread (Claims), 0 for none:
 	// checked by CheckFence in the write's transaction.
 	FencingToken int64
+	// Retention, when not nil, becomes the thread's own retention and is applied after the put
+	// (LGRetainAfterPut).
+	Retention *Retention
 }
 
 // LGTuple is a stored LangGraph checkpoint with the blobs its channel versions name and its
@@ -87,9 +105,16 @@ type LGListFilter struct {
 	CheckpointID string
 	Before       string
 	Metadata     map[string]json.RawMessage
-	Limit        int    // 0: no limit
-	Cursor       string // from a previous page
+	// MetadataMatch is the rule Metadata values are compared by (LGMatchJSON when empty).
+	MetadataMatch string
+	Limit         int    // 0: no limit
+	Cursor        string // from a previous page
+	// ThreadGiven selects ThreadID even when it is "" (an empty ThreadID alone means any thread).
+	ThreadGiven bool
 }
+
+// HasThread reports whether f selects one thread.
+func (f *LGListFilter) HasThread() bool { return f.ThreadID != "" || f.ThreadGiven }
 
 // LGListResult is one page of LGList.
 type LGListResult struct {
@@ -144,6 +169,7 @@ type LGProblem struct {
 	CheckpointID string // checkpoint, write
 	Channel      string // blob, write
 	Version      string // blob
+	Variant      int    // blob
 	TaskID       string // write
 	Idx          int64  // write
 	Reason       string
@@ -172,9 +198,11 @@ type LGRecord struct {
 	CreatedAt       time.Time       // checkpoint
 	ChannelVersions json.RawMessage // checkpoint, as sent
 	Metadata        json.RawMessage // checkpoint, as sent; nil: none
+	ValueRefs       map[string]int  // checkpoint: the variant of each channel whose value is not variant 0
 
 	Channel string // value, write
 	Version string // value: canonical JSON text (CanonicalVersion)
+	Variant int    // value: which stored value of (Channel, Version)
 
 	TaskID   string // write
 	TaskPath string // write
@@ -317,10 +345,8 @@ func LGMetaFilter(md map[string]json.RawMessage) ([]LGMetaRow, error) {
 // CheckLGIDs validates a thread and checkpoint id.
 func CheckLGIDs(thread, checkpointID string) error {
 	switch {
-	case thread == "":
-		return Invalid("threadId", "required")
-	case len(thread) > maxLGThreadID:
-		return Invalid("threadId", "longer than %d bytes", maxLGThreadID)
+	case len(thread) > MaxLGThreadIDBytes:
+		return Invalid("threadId", "longer than %d bytes", MaxLGThreadIDBytes)
 	case checkpointID == "":
 		return Invalid("checkpointId", "required")
 	case len(checkpointID) > maxLGCheckpoint:
@@ -329,13 +355,11 @@ func CheckLGIDs(thread, checkpointID string) error {
 	return nil
 }
 
-// CheckLGThread validates a thread id taken as a whole (delete, copy target, import).
+// CheckLGThread validates a thread id taken as a whole (delete, copy target, import): any
+// string up to MaxLGThreadIDBytes, "" included.
 func CheckLGThread(field, thread string) error {
-	switch {
-	case thread == "":
-		return Invalid(field, "required")
-	case len(thread) > maxLGThreadID:
-		return Invalid(field, "longer than %d bytes", maxLGThreadID)
+	if len(thread) > MaxLGThreadIDBytes {
+		return Invalid(field, "longer than %d bytes", MaxLGThreadIDBytes)
 	}
 	return nil
 }
@@ -352,7 +376,7 @@ func CheckLGWrites(thread, checkpointID string, writes []LGWrite) error {
 			return Invalid("taskId", "required")
 		case w.Channel == "":
 			return Invalid(field+".channel", "required")
-		case w.Type == "":
+		case w.Type == "" && w.Staged == 0:
 			return Invalid(field+".type", "required")
 		}
 	}
@@ -371,12 +395,8 @@ func CheckLGPrune(strategy string) error {
 // CheckLGCopy validates the threads of a copy.
 func CheckLGCopy(src, dst string) error {
 	switch {
-	case src == "":
-		return Invalid("sourceThreadId", "required")
-	case dst == "":
-		return Invalid("targetThreadId", "required")
-	case len(dst) > maxLGThreadID:
-		return Invalid("targetThreadId", "longer than %d bytes", maxLGThreadID)
+	case len(dst) > MaxLGThreadIDBytes:
+		return Invalid("targetThreadId", "longer than %d bytes", MaxLGThreadIDBytes)
 	case src == dst:
 		return Invalid("targetThreadId", "must differ from sourceThreadId")
 	}
@@ -499,8 +519,13 @@ func PrepareLGPut(req LGPutRequest, threshold int, now time.Time) (*LGPrepared, 
 	if err := CheckLGIDs(req.ThreadID, req.CheckpointID); err != nil {
 		return nil, err
 	}
-	if req.Type == "" {
+	if req.Type == "" && req.CheckpointStaged == 0 {
 		return nil, Invalid("checkpoint.type", "required")
+	}
+	if req.Retention != nil {
+		if err := req.Retention.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	if len(bytes.TrimSpace(req.ChannelVersions)) == 0 {
 		return nil, Invalid("channelVersions", "required (a JSON object, {} when empty)")
@@ -524,6 +549,8 @@ func PrepareLGPut(req LGPutRequest, threshold int, now time.Time) (*LGPrepared, 
 			return nil, Invalid(field+".channel", "required")
 		case b.Version == "":
 			return nil, Invalid(field+".version", "required")
+		case b.Staged != 0:
+			continue // stored ahead: packed then
 		case b.Type == "":
 			return nil, Invalid(field+".type", "required")
 		case b.Type == LGEmptyType && len(b.Data) > 0:
@@ -531,7 +558,9 @@ func PrepareLGPut(req LGPutRequest, threshold int, now time.Time) (*LGPrepared, 
 		}
 		p.Blobs[i] = Pack(b.Data, threshold)
 	}
-	p.CP = Pack(req.Checkpoint, threshold)
+	if req.CheckpointStaged == 0 {
+		p.CP = Pack(req.Checkpoint, threshold)
+	}
 	return p, nil
 }
 
@@ -552,6 +581,8 @@ func (r *LGRecord) Check() error {
 			return Invalid("type", "%s: required", r.What())
 		case r.Type == LGEmptyType && len(r.Data) > 0:
 			return Invalid("type", "%s: an empty value with %d bytes", r.What(), len(r.Data))
+		case r.Variant < 0:
+			return Invalid("variant", "%s: must be >= 0", r.What())
 		}
 	case LGKindWrite:
 		if r.CheckpointID == "" || r.TaskID == "" || r.Channel == "" || r.Type == "" {
@@ -563,12 +594,24 @@ func (r *LGRecord) Check() error {
 	return nil
 }
 
+// LGValueWhat names a stored value for people: "blob channel@version", "#variant" added when
+// it is not the first.
+func LGValueWhat(channel, version string, variant int) string {
+	if variant == 0 {
+		return fmt.Sprintf("blob %s@%s", channel, version)
+	}
+	return fmt.Sprintf("blob %s@%s#%d", channel, version, variant)
+}
+
 // What names the row for people.
 func (r *LGRecord) What() string {
 	switch r.Kind {
 	case LGKindCheckpoint:
 		return fmt.Sprintf("checkpoint %q (namespace %q)", r.CheckpointID, r.Namespace)
 	case LGKindValue:
+		if r.Variant != 0 {
+			return fmt.Sprintf("value %s@%s#%d (namespace %q)", r.Channel, r.Version, r.Variant, r.Namespace)
+		}
 		return fmt.Sprintf("value %s@%s (namespace %q)", r.Channel, r.Version, r.Namespace)
 	case LGKindWrite:
 		return fmt.Sprintf("write %s/%d of checkpoint %q (namespace %q)", r.TaskID, r.Idx, r.CheckpointID, r.Namespace)
@@ -615,7 +658,13 @@ type LGNode struct {
 	ID       string
 	Parent   string
 	Versions []ChanVer
+	// Refs holds the variant of each channel whose value is not variant 0 (its value refs).
+	Refs    map[string]int
+	Created time.Time // when it was stored (retention's maxAgeSeconds); zero when not read
 }
+
+// Variant returns the variant of the value the checkpoint refers to for channel.
+func (n *LGNode) Variant(channel string) int { return n.Refs[channel] }
 
 // Version returns the version the checkpoint names for channel.
 func (n *LGNode) Version(channel string) (string, bool) {
@@ -627,12 +676,16 @@ func (n *LGNode) Version(channel string) (string, bool) {
 	return "", false
 }
 
-// NewLGNode parses a stored row's channel versions; a row whose versions do not parse is corrupt.
-func NewLGNode(key int64, id, parent string, versions []byte) (*LGNode, error) {
+// NewLGNode parses a stored row's channel versions and value refs (nil: none); a row whose
+// versions or refs do not parse is corrupt.
+func NewLGNode(key int64, id, parent string, versions, refs []byte) (*LGNode, error) {
 	n := &LGNode{Key: key, ID: id, Parent: parent}
 	var err error
 	if n.Versions, err = ParseVersions(versions); err != nil {
 		return nil, &CorruptError{CheckpointID: id, Reason: "stored channel versions do not parse: " + err.Error()}
+	}
+	if n.Refs, err = ParseValueRefs(refs); err != nil {
+		return nil, &CorruptError{CheckpointID: id, Reason: "stored value refs do not parse: " + err.Error()}
 	}
 	return n, nil
 }
@@ -643,9 +696,9 @@ type LGAncestry interface {
 	Node(id string) (*LGNode, error)
 	// Writes returns a checkpoint's pending writes in SortLGWrites order.
 	Writes(id string) ([]LGWrite, error)
-	// Value returns the stored non-empty value of (channel, version), or nil; id names the
-	// checkpoint being read (for a *CorruptError).
-	Value(id, channel, version string) (*LGBlob, error)
+	// Value returns the stored non-empty value of (channel, version, variant), or nil; id names
+	// the checkpoint being read (for a *CorruptError).
+	Value(id, channel, version string, variant int) (*LGBlob, error)
 }
 
 // ChannelHistory walks the parent chain of checkpoint id ("": the latest) collecting, per
@@ -694,7 +747,7 @@ func ChannelHistory(a LGAncestry, id string, channels []string) (LGHistoryResult
 			if !ok {
 				continue
 			}
-			b, err := a.Value(n.ID, ch, v)
+			b, err := a.Value(n.ID, ch, v, n.Variant(ch))
 			if err != nil {
 				return res, err
 			}
@@ -715,10 +768,10 @@ func ChannelHistory(a LGAncestry, id string, channels []string) (LGHistoryResult
 	return res, nil
 }
 
-// LGPruneView is what SelectKeepLatest asks of one (thread, namespace).
+// LGPruneView is what SelectLGKeep asks of one (thread, namespace).
 type LGPruneView interface {
-	// HasValue reports whether (channel, version) has a stored non-empty value.
-	HasValue(channel, version string) (bool, error)
+	// HasValue reports whether (channel, version, variant) has a stored non-empty value.
+	HasValue(channel, version string, variant int) (bool, error)
 	// Written lists the channels a checkpoint's regular (idx >= 0) pending writes write to.
 	Written(id string) ([]string, error)
 }
@@ -742,54 +795,96 @@ func SelectKeepLatest(nodes []*LGNode, v LGPruneView) (map[int64]bool, error) {
 	if len(nodes) == 0 {
 		return map[int64]bool{}, nil
 	}
-	byID := map[string]*LGNode{}
+	return SelectLGKeep(nodes, []*LGNode{nodes[0]}, v)
+}
+
+// SelectLGKeep returns the Keys of the nodes (one (thread, namespace), newest first) a prune
+// keeps to keep roots: the roots, plus for each the ancestors a delta-channel replay of it
+// needs. A channel without a value at the root (an empty or missing value, or not versioned
+// there while an ancestor on the walk wrote to it) is rebuilt by replaying ancestor writes from
+// the nearest ancestor with a value: that part of the parent chain is kept, with the ancestor.
+func SelectLGKeep(nodes []*LGNode, roots []*LGNode, v LGPruneView) (map[int64]bool, error) {
+	byID := make(map[string]*LGNode, len(nodes))
 	for _, n := range nodes {
 		if _, dup := byID[n.ID]; !dup {
 			byID[n.ID] = n
 		}
 	}
-	latest := nodes[0]
-	keep := map[int64]bool{latest.Key: true}
-	// A channel without a value at the latest checkpoint (empty or missing blob, or not
-	// versioned at all while ancestors wrote to it) is rebuilt by replaying ancestor writes from
-	// the nearest ancestor with a value: keep that part of the chain.
-	valueAtLatest := map[string]bool{}
-	open := map[string]bool{}
-	for _, cv := range latest.Versions {
-		ok, err := v.HasValue(cv.Channel, cv.Version)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			valueAtLatest[cv.Channel] = true
-		} else {
-			open[cv.Channel] = true
-		}
+	keep := map[int64]bool{}
+	for _, r := range roots {
+		keep[r.Key] = true
 	}
-	closed := map[string]bool{}
-	for cur := byID[latest.Parent]; cur != nil && !keep[cur.Key]; cur = byID[cur.Parent] {
-		written, err := v.Written(cur.ID)
+	// HasValue answers are shared by the walks (a key is asked once).
+	type vkey struct {
+		ch, ver string
+		variant int
+	}
+	known := map[vkey]bool{}
+	has := func(ch, ver string, variant int) (bool, error) {
+		k := vkey{ch, ver, variant}
+		if b, ok := known[k]; ok {
+			return b, nil
+		}
+		b, err := v.HasValue(ch, ver, variant)
+		if err != nil {
+			return false, err
+		}
+		known[k] = b
+		return b, nil
+	}
+	written := map[string][]string{}
+	writes := func(id string) ([]string, error) {
+		if w, ok := written[id]; ok {
+			return w, nil
+		}
+		w, err := v.Written(id)
 		if err != nil {
 			return nil, err
 		}
-		for _, ch := range written {
-			if !valueAtLatest[ch] && !closed[ch] {
-				open[ch] = true
+		written[id] = w
+		return w, nil
+	}
+	for _, root := range roots {
+		valueAtRoot := map[string]bool{}
+		open := map[string]bool{}
+		for _, cv := range root.Versions {
+			ok, err := has(cv.Channel, cv.Version, root.Variant(cv.Channel))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				valueAtRoot[cv.Channel] = true
+			} else {
+				open[cv.Channel] = true
 			}
 		}
-		if len(open) == 0 {
-			break
-		}
-		keep[cur.Key] = true
-		for ch := range open {
-			if ver, ok := cur.Version(ch); ok {
-				has, err := v.HasValue(ch, ver)
-				if err != nil {
-					return nil, err
+		closed := map[string]bool{}
+		seen := map[string]bool{root.ID: true}
+		for cur := byID[root.Parent]; cur != nil && !seen[cur.ID]; cur = byID[cur.Parent] {
+			seen[cur.ID] = true
+			ws, err := writes(cur.ID)
+			if err != nil {
+				return nil, err
+			}
+			for _, ch := range ws {
+				if !valueAtRoot[ch] && !closed[ch] {
+					open[ch] = true
 				}
-				if has {
-					delete(open, ch)
-					closed[ch] = true
+			}
+			if len(open) == 0 {
+				break
+			}
+			keep[cur.Key] = true
+			for ch := range open {
+				if ver, ok := cur.Version(ch); ok {
+					hv, err := has(ch, ver, cur.Variant(ch))
+					if err != nil {
+						return nil, err
+					}
+					if hv {
+						delete(open, ch)
+						closed[ch] = true
+					}
 				}
 			}
 		}

@@ -44,11 +44,14 @@ type Options struct {
 	Path string
 	// Durability is "full" (default: an acknowledged save survives power loss) or "normal"
 	// (it survives a crash of ckptd; power loss may lose the last saves).
-	Durability        string
-	DefaultRetention  Retention // used by workflows without their own; zero value = keep everything (pass KeepLast: DefaultKeepLast for the CLI default)
-	MaxStateBytes     int64     // default 64 MiB
-	CompressThreshold int       // zstd above this many bytes (default 4096; < 0: never)
-	CompressInline    bool      // compress on the save path instead of deferring it to a background compactor
+	Durability       string
+	DefaultRetention Retention // used by workflows without their own; zero value = keep everything (pass KeepLast: DefaultKeepLast for the CLI default)
+	// LGDefaultRetention is the retention of LangGraph threads without their own and without the
+	// database's (lg/configure); zero value = keep everything (the default).
+	LGDefaultRetention Retention
+	MaxStateBytes      int64 // default 64 MiB
+	CompressThreshold  int   // zstd above this many bytes (default 4096; < 0: never)
+	CompressInline     bool  // compress on the save path instead of deferring it to a background compactor
 	// NoCompactor leaves states saved raw by others (a running daemon) alone: no background
 	// compactor, no compression at Close. For short-lived tools; their own saves compress inline.
 	NoCompactor bool

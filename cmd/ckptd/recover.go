@@ -326,14 +326,17 @@ func recoverThread(ctx context.Context, broken *sqlite.Store, dst store.Backend,
 	rep.LGRows.Writes.Found += len(t.Writes)
 
 	// Pass 1: verify every row on its own.
-	type key struct{ ns, a, b string }
-	values := map[key]bool{} // (ns, channel, version) -> verified
+	type key struct {
+		ns, a, b string
+		variant  int
+	}
+	values := map[key]bool{} // (ns, channel, version, variant) -> verified
 	kept := map[key]bool{}   // (ns, checkpoint id) of checkpoints kept
 	keep := map[int64]bool{} // rowids to copy
 	var ckRows []sqlite.SurveyRow
 	for _, r := range t.Values {
 		_, err := broken.SalvageLGRow(ctx, store.LGKindValue, r.RowID)
-		values[key{r.Namespace, r.Channel, r.Version}] = err == nil
+		values[key{r.Namespace, r.Channel, r.Version, r.Variant}] = err == nil
 		if err != nil {
 			rep.lose("thread value", r.Name, thread, err)
 			continue
@@ -346,9 +349,9 @@ func recoverThread(ctx context.Context, broken *sqlite.Store, dst store.Backend,
 			var vs []store.ChanVer
 			if vs, err = store.ParseVersions(rec.ChannelVersions); err == nil {
 				for _, v := range vs {
-					ok, listed := values[key{rec.Namespace, v.Channel, v.Version}]
+					ok, listed := values[key{rec.Namespace, v.Channel, v.Version, rec.ValueRefs[v.Channel]}]
 					if !ok && (listed || blobsIncomplete) {
-						err = fmt.Errorf("its channel value %s@%s is lost", v.Channel, v.Version)
+						err = fmt.Errorf("its channel value %s is lost", strings.TrimPrefix(store.LGValueWhat(v.Channel, v.Version, rec.ValueRefs[v.Channel]), "blob "))
 						break
 					}
 				}
@@ -358,13 +361,13 @@ func recoverThread(ctx context.Context, broken *sqlite.Store, dst store.Backend,
 			rep.lose("thread checkpoint", r.Name, thread, err)
 			continue
 		}
-		kept[key{rec.Namespace, rec.CheckpointID, ""}] = true
+		kept[key{rec.Namespace, rec.CheckpointID, "", 0}] = true
 		keep[r.RowID] = true
 		ckRows = append(ckRows, r)
 	}
 	for _, r := range t.Writes {
 		rec, err := broken.SalvageLGRow(ctx, store.LGKindWrite, r.RowID)
-		if err == nil && !kept[key{rec.Namespace, rec.CheckpointID, ""}] {
+		if err == nil && !kept[key{rec.Namespace, rec.CheckpointID, "", 0}] {
 			err = errors.New("its checkpoint is lost")
 		}
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,7 +92,10 @@ func lgErr(op string, err error) error {
 }
 
 // LGPut queues a LangGraph checkpoint with its new blobs; validation, hashing and compression run
-// concurrently with earlier mutations. blobsStored is valid after Wait.
+// concurrently with earlier mutations. blobsStored is valid after Wait. In the common case (new
+// versions, no staged value) the put is one round trip: its values go in as variant 0, its
+// checkpoint without value refs; only when a version was taken, or the (thread, namespace) has
+// other variants, a second one resolves the refs (store/lgrefs.go).
 func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsStored *int) {
 	n := new(int)
 	var p *store.LGPrepared
@@ -102,10 +104,17 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 		return err
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
-		b := &pgx.Batch{}
-		fc := queueFence(b, req.ThreadID, req.FencingToken) // the claim first, in the same round trip
-		queueLGCheckpoint(b, p)
 		r := &p.Req
+		staged := r.CheckpointStaged != 0
+		for _, bl := range r.Blobs {
+			staged = staged || bl.Staged != 0
+		}
+		if staged {
+			return s.lgPutStaged(ctx, w, p, n)
+		}
+		b := &pgx.Batch{}
+		fc := queueFence(b, r.ThreadID, r.FencingToken) // the claim first, in the same round trip
+		inserted := map[string]bool{}
 		if len(r.Blobs) > 0 {
 			chs, vers, types, encs, sizes, shas, datas := make([]string, len(r.Blobs)), make([]string, len(r.Blobs)),
 				make([]string, len(r.Blobs)), make([]int16, len(r.Blobs)), make([]int64, len(r.Blobs)),
@@ -117,30 +126,270 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 			b.Queue(`INSERT INTO lg_blobs (thread_id, namespace, channel, version, type, encoding, size, sha256, data)
 				SELECT $1, $2, x.* FROM unnest($3::text[], $4::text[], $5::text[], $6::smallint[], $7::bigint[], $8::bytea[], $9::bytea[])
 					AS x(channel, version, type, encoding, size, sha256, data)
-				ON CONFLICT (thread_id, namespace, channel, version) DO NOTHING`,
-				r.ThreadID, r.Namespace, chs, vers, types, encs, sizes, shas, datas).Exec(func(ct pgconn.CommandTag) error {
-				*n = int(ct.RowsAffected())
-				return nil
+				ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING RETURNING channel`,
+				r.ThreadID, r.Namespace, chs, vers, types, encs, sizes, shas, datas).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var ch string
+					if err := rows.Scan(&ch); err != nil {
+						return err
+					}
+					inserted[ch] = true
+				}
+				return rows.Err()
 			})
 		}
+		variants := false
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = $1 AND namespace = $2 AND variant > 0)`, r.ThreadID, r.Namespace).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&variants) })
+		queueLGCheckpoint(b, p, nil)
+		var own *string
+		queueLGTouch(b, p, &own)
 		if err := w.sendBatch(ctx, b); err != nil {
 			return err
 		}
-		return fc.check()
+		if err := fc.check(); err != nil {
+			return err
+		}
+		*n = len(inserted)
+		given := map[string]int{}
+		taken := false
+		for i, bl := range r.Blobs {
+			if inserted[bl.Channel] {
+				given[bl.Channel] = 0
+				continue
+			}
+			variant, stored, err := lgStoreValue(ctx, w, r.ThreadID, r.Namespace, bl.Channel, bl.Version, bl.Type, p.Blobs[i], 0, false)
+			if err != nil {
+				return err
+			}
+			given[bl.Channel] = variant
+			taken = taken || variant != 0
+			if stored {
+				*n++
+			}
+		}
+		if taken || variants {
+			if err := s.lgSetRefs(ctx, w, p, given); err != nil {
+				return err
+			}
+		}
+		return s.lgRetainAfterTouch(ctx, w, p, own)
 	}), n
 }
 
-// queueLGCheckpoint queues the statements writing (or overwriting) p's checkpoint row and its
-// metadata index rows. An overwritten row keeps its id (storage order).
-func queueLGCheckpoint(b *pgx.Batch, p *store.LGPrepared) {
+// lgPutStaged is LGPut for a put naming staged values: statement by statement.
+func (s *Store) lgPutStaged(ctx context.Context, w *wtx, p *store.LGPrepared, n *int) error {
 	r := &p.Req
-	b.Queue(`INSERT INTO lg_checkpoints (thread_id, namespace, checkpoint_id, parent_id, created_at, channel_versions,
-		metadata, type, encoding, size, sha256, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-		ON CONFLICT (thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
-		created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
-		type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256, data = excluded.data`,
-		r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), time.UnixMicro(p.Micros).UTC(), string(r.ChannelVersions),
-		nullBytes(p.MetaRaw), r.Type, p.CP.Enc, p.CP.Size, p.CP.SHA, p.CP.Data)
+	b := &pgx.Batch{}
+	fc := queueFence(b, r.ThreadID, r.FencingToken)
+	if err := w.sendBatch(ctx, b); err != nil {
+		return err
+	}
+	if err := fc.check(); err != nil {
+		return err
+	}
+	var consumed []int64
+	if r.CheckpointStaged != 0 {
+		st, err := lgStaged(ctx, w, r.ThreadID, r.CheckpointStaged, "checkpoint.valueId")
+		if err != nil {
+			return err
+		}
+		r.Type, p.CP = st.typ, st.packed
+		consumed = append(consumed, r.CheckpointStaged)
+	}
+	given := map[string]int{}
+	for i, bl := range r.Blobs {
+		pb, typ := p.Blobs[i], bl.Type
+		if bl.Staged != 0 {
+			st, err := lgStaged(ctx, w, r.ThreadID, bl.Staged, fmt.Sprintf("blobs[%d].valueId", i))
+			if err != nil {
+				return err
+			}
+			pb, typ = st.packed, st.typ
+			consumed = append(consumed, bl.Staged)
+		}
+		variant, stored, err := lgStoreValue(ctx, w, r.ThreadID, r.Namespace, bl.Channel, bl.Version, typ, pb, bl.Staged, true)
+		if err != nil {
+			return err
+		}
+		given[bl.Channel] = variant
+		if stored {
+			*n++
+		}
+	}
+	versions, err := store.ParseVersions(r.ChannelVersions)
+	if err != nil {
+		return invalid("channelVersions", "%v", err)
+	}
+	refs, err := lgRefs(ctx, w, r.ThreadID, r.Namespace, r.ParentID, versions, given)
+	if err != nil {
+		return err
+	}
+	b = &pgx.Batch{}
+	queueLGCheckpoint(b, p, store.EncodeValueRefs(refs))
+	if len(consumed) > 0 {
+		b.Queue(`DELETE FROM lg_staged WHERE id = ANY($1)`, consumed)
+	}
+	var own *string
+	queueLGTouch(b, p, &own)
+	if err := w.sendBatch(ctx, b); err != nil {
+		return err
+	}
+	for _, id := range consumed {
+		s.staged.Delete(id)
+	}
+	return s.lgRetainAfterTouch(ctx, w, p, own)
+}
+
+// lgSetRefs resolves and stores the value refs of p's checkpoint (given: the variants of the
+// values it stores).
+func (s *Store) lgSetRefs(ctx context.Context, w *wtx, p *store.LGPrepared, given map[string]int) error {
+	r := &p.Req
+	versions, err := store.ParseVersions(r.ChannelVersions)
+	if err != nil {
+		return invalid("channelVersions", "%v", err)
+	}
+	refs, err := lgRefs(ctx, w, r.ThreadID, r.Namespace, r.ParentID, versions, given)
+	if err != nil {
+		return err
+	}
+	enc := store.EncodeValueRefs(refs)
+	if enc == nil {
+		return nil
+	}
+	_, err = w.exec(ctx, `UPDATE lg_checkpoints SET value_refs = $4 WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = $3`,
+		r.ThreadID, r.Namespace, r.CheckpointID, string(enc))
+	return err
+}
+
+// lgStagedValue is a staged value as a put takes it.
+type lgStagedValue struct {
+	typ    string
+	packed store.Packed // Data nil: still in lg_staged
+}
+
+// lgStaged reads the head of a staged value of thread; field names it in errors.
+func lgStaged(ctx context.Context, w *wtx, thread string, id int64, field string) (lgStagedValue, error) {
+	var v lgStagedValue
+	var owner string
+	var enc int16
+	var size int64
+	err := w.queryRow(ctx, `SELECT thread_id, type, encoding, size, sha256 FROM lg_staged WHERE id = $1`, id).
+		Scan(&owner, &v.typ, &enc, &size, &v.packed.SHA)
+	if noRows(err) {
+		return v, invalid(field, "no staged value %d (lg/putValue): unknown, already used or expired", id)
+	}
+	if err != nil {
+		return v, err
+	}
+	if owner != thread {
+		return v, invalid(field, "staged value %d belongs to another thread", id)
+	}
+	v.packed.Enc, v.packed.Size = int(enc), int(size)
+	return v, nil
+}
+
+// lgStoreValue stores one value of a put under (channel, version): as variant 0 when the version
+// is new, else as the variant already holding the same bytes, else as a new variant. pb.Data nil
+// with staged set: the bytes are the staged value's. It returns the variant and whether a row
+// was written.
+func lgStoreValue(ctx context.Context, w *wtx, thread, ns, channel, version, typ string, pb store.Packed, staged int64, tryFirst bool) (int, bool, error) {
+	insert := func(variant int) (bool, error) {
+		var ct pgconn.CommandTag
+		var err error
+		if staged != 0 {
+			ct, err = w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+				SELECT $1, $2, $3, $4, $5, type, encoding, size, sha256, data FROM lg_staged WHERE id = $6
+				ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING`, thread, ns, channel, version, variant, staged)
+		} else {
+			ct, err = w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+				ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING`,
+				thread, ns, channel, version, variant, typ, int16(pb.Enc), int64(pb.Size), pb.SHA, pb.Data)
+		}
+		return ct.RowsAffected() > 0, err
+	}
+	if tryFirst {
+		ok, err := insert(0)
+		if err != nil || ok {
+			return 0, ok, err
+		}
+	}
+	rows, err := w.query(ctx, `SELECT variant, type, size, sha256 FROM lg_blobs
+		WHERE thread_id = $1 AND namespace = $2 AND channel = $3 AND version = $4`, thread, ns, channel, version)
+	if err != nil {
+		return 0, false, err
+	}
+	var stored []store.LGStoredValue
+	for rows.Next() {
+		var v store.LGStoredValue
+		if err := rows.Scan(&v.Variant, &v.Type, &v.Size, &v.SHA); err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		stored = append(stored, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, false, err
+	}
+	match, next := store.LGMatchVariant(stored, typ, pb)
+	if match >= 0 {
+		return match, false, nil
+	}
+	ok, err := insert(next)
+	return next, ok, err
+}
+
+// lgRefs resolves the variant of every channel of a put (given: those it stores): the others
+// take their parent's, or the newest stored one.
+func lgRefs(ctx context.Context, w *wtx, thread, ns, parentID string, versions []store.ChanVer, given map[string]int) (map[string]int, error) {
+	var parent *store.LGNode
+	if parentID != "" {
+		var err error
+		if parent, err = lgNode(ctx, w.querier(ctx), thread, ns, parentID); err != nil {
+			return nil, err
+		}
+	}
+	return store.LGInheritedRefs(versions, given, parent, func(ch, ver string) (int, error) {
+		var v int
+		err := w.queryRow(ctx, `SELECT variant FROM lg_blobs WHERE thread_id = $1 AND namespace = $2 AND channel = $3 AND version = $4
+			ORDER BY id DESC LIMIT 1`, thread, ns, ch, ver).Scan(&v)
+		if noRows(err) {
+			return 0, nil
+		}
+		return v, err
+	})
+}
+
+// queueLGCheckpoint queues the statements writing (or overwriting) p's checkpoint row with its
+// value refs and its metadata index rows. An overwritten row keeps its id (storage order).
+func queueLGCheckpoint(b *pgx.Batch, p *store.LGPrepared, refs []byte) {
+	r := &p.Req
+	var data any = p.CP.Data
+	if p.CP.Data == nil { // staged
+		data = nil
+	}
+	if r.CheckpointStaged != 0 {
+		b.Queue(`INSERT INTO lg_checkpoints (thread_id, namespace, checkpoint_id, parent_id, created_at, channel_versions,
+			metadata, type, encoding, size, sha256, data, value_refs)
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, s.data, $13 FROM lg_staged s WHERE s.id = $12
+			ON CONFLICT (thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
+			created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
+			type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256, data = excluded.data,
+			value_refs = excluded.value_refs`,
+			r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), time.UnixMicro(p.Micros).UTC(), string(r.ChannelVersions),
+			nullBytes(p.MetaRaw), r.Type, p.CP.Enc, p.CP.Size, p.CP.SHA, r.CheckpointStaged, nullText(refs))
+	} else {
+		b.Queue(`INSERT INTO lg_checkpoints (thread_id, namespace, checkpoint_id, parent_id, created_at, channel_versions,
+			metadata, type, encoding, size, sha256, data, value_refs) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			ON CONFLICT (thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
+			created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
+			type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256, data = excluded.data,
+			value_refs = excluded.value_refs`,
+			r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), time.UnixMicro(p.Micros).UTC(), string(r.ChannelVersions),
+			nullBytes(p.MetaRaw), r.Type, p.CP.Enc, p.CP.Size, p.CP.SHA, data, nullText(refs))
+	}
 	b.Queue(`DELETE FROM lg_meta WHERE ckpt = (SELECT id FROM lg_checkpoints WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = $3)`,
 		r.ThreadID, r.Namespace, r.CheckpointID)
 	if len(p.Meta) > 0 {
@@ -152,6 +401,13 @@ func queueLGCheckpoint(b *pgx.Batch, p *store.LGPrepared) {
 			SELECT x.k, x.h, c.checkpoint_id, c.id FROM lg_checkpoints c, unnest($4::text[], $5::bytea[]) AS x(k, h)
 			WHERE c.thread_id = $1 AND c.namespace = $2 AND c.checkpoint_id = $3`, r.ThreadID, r.Namespace, r.CheckpointID, keys, hashes)
 	}
+}
+
+func nullText(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
 }
 
 // LGPutWrites queues pending writes of one task. idx >= 0: stored once; idx < 0: replaced.
@@ -177,49 +433,112 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 			if err := noNUL("taskId", w.TaskID, f+"taskPath", w.TaskPath, f+"channel", w.Channel, f+"type", w.Type); err != nil {
 				return err
 			}
-			ps[i] = s.pack(w.Data)
+			if w.Staged == 0 {
+				ps[i] = s.pack(w.Data)
+			}
 		}
 		return nil
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
+		for i, wr := range writes {
+			if wr.Staged != 0 {
+				if _, err := lgStaged(ctx, w, thread, wr.Staged, fmt.Sprintf("writes[%d].valueId", i)); err != nil {
+					return err
+				}
+			}
+		}
 		b := &pgx.Batch{}
 		fc := queueFence(b, thread, token) // the claim first, in the same round trip
+		var consumed []int64
 		for i, wr := range writes {
 			conflict := `DO NOTHING`
 			if wr.Idx < 0 {
 				conflict = `DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel, type = excluded.type,
 					encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256, data = excluded.data`
 			}
+			count := func(ct pgconn.CommandTag) error {
+				if ct.RowsAffected() > 0 {
+					*n++
+				}
+				return nil
+			}
+			if wr.Staged != 0 {
+				b.Queue(`INSERT INTO lg_writes (thread_id, namespace, checkpoint_id, task_id, idx, task_path, channel, type,
+					encoding, size, sha256, data) SELECT $1, $2, $3, $4, $5, $6, $7, type, encoding, size, sha256, data
+					FROM lg_staged WHERE id = $8
+					ON CONFLICT (thread_id, namespace, checkpoint_id, task_id, idx) `+conflict,
+					thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Staged).Exec(count)
+				consumed = append(consumed, wr.Staged)
+				continue
+			}
 			p := ps[i]
 			b.Queue(`INSERT INTO lg_writes (thread_id, namespace, checkpoint_id, task_id, idx, task_path, channel, type,
 				encoding, size, sha256, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 				ON CONFLICT (thread_id, namespace, checkpoint_id, task_id, idx) `+conflict,
-				thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.Enc, p.Size, p.SHA, p.Data).
-				Exec(func(ct pgconn.CommandTag) error {
-					if ct.RowsAffected() > 0 {
-						*n++
-					}
-					return nil
-				})
+				thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.Enc, p.Size, p.SHA, p.Data).Exec(count)
+		}
+		if len(consumed) > 0 {
+			b.Queue(`DELETE FROM lg_staged WHERE id = ANY($1)`, consumed)
 		}
 		if err := w.sendBatch(ctx, b); err != nil {
 			return err
 		}
-		return fc.check()
+		if err := fc.check(); err != nil {
+			return err
+		}
+		for _, id := range consumed {
+			s.staged.Delete(id)
+		}
+		return nil
 	}), n
+}
+
+// LGStageValue stores one value of thread ahead of the put or putWrites that names it
+// (lg/putValue). A value no put takes is collected once older than store.LGStagedTTL, and when
+// this store closes.
+func (s *Store) LGStageValue(ctx context.Context, thread, typ string, data []byte) (int64, error) {
+	if err := store.CheckLGThread("threadId", thread); err != nil {
+		return 0, err
+	}
+	if err := noNUL("threadId", thread, "type", typ); err != nil {
+		return 0, err
+	}
+	if typ == "" {
+		return 0, invalid("type", "required")
+	}
+	if typ == store.LGEmptyType {
+		return 0, invalid("type", "an empty value needs no staging")
+	}
+	p := s.pack(data)
+	var id int64
+	err := s.lgDo(ctx, "stage a LangGraph value", threadKeys(thread), func(ctx context.Context, w *wtx) error {
+		return w.queryRow(ctx, `INSERT INTO lg_staged (thread_id, created_at, type, encoding, size, sha256, data)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, thread, s.now().UTC(), typ, int16(p.Enc), int64(p.Size), p.SHA, p.Data).Scan(&id)
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.staged.Store(id, struct{}{})
+	return id, nil
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reads
 
 const lgCols = `c.id, c.thread_id, c.namespace, c.checkpoint_id, c.parent_id, c.created_at, c.channel_versions,
-	c.metadata, c.type, c.encoding, c.size, c.sha256, c.data`
+	c.metadata, c.type, c.encoding, c.size, c.sha256, c.data, c.value_refs`
 
-// lgItem is a tuple being read, with its row id (cursor ties).
+// lgItem is a tuple being read, with its row id (cursor ties) and value refs.
 type lgItem struct {
 	t     store.LGTuple
 	rowid int64
 	vs    []store.ChanVer
+	refs  map[string]int
+}
+
+// key is the stored value the item reads for cv.
+func (it *lgItem) key(cv store.ChanVer) blobKey {
+	return blobKey{it.t.ThreadID, it.t.Namespace, cv.Channel, cv.Version, it.refs[cv.Channel]}
 }
 
 func (s *Store) scanTuple(rows pgx.Rows) (lgItem, error) {
@@ -229,9 +548,16 @@ func (s *Store) scanTuple(rows pgx.Rows) (lgItem, error) {
 	var versions string
 	var enc, size int64
 	var meta, sha, data []byte
+	var refs *string
 	if err := rows.Scan(&it.rowid, &t.ThreadID, &t.Namespace, &t.CheckpointID, &parent, &t.CreatedAt, &versions, &meta,
-		&t.Type, &enc, &size, &sha, &data); err != nil {
+		&t.Type, &enc, &size, &sha, &data, &refs); err != nil {
 		return it, err
+	}
+	if refs != nil {
+		var err error
+		if it.refs, err = store.ParseValueRefs([]byte(*refs)); err != nil {
+			return it, &store.CorruptError{CheckpointID: t.CheckpointID, Reason: "stored value refs do not parse: " + err.Error()}
+		}
 	}
 	t.ParentID = deref(parent)
 	t.CreatedAt = t.CreatedAt.UTC()
@@ -249,7 +575,11 @@ func (s *Store) scanTuple(rows pgx.Rows) (lgItem, error) {
 	return it, nil
 }
 
-type blobKey [4]string // thread, namespace, channel, version
+// blobKey names one stored value.
+type blobKey struct {
+	thread, ns, channel, version string
+	variant                      int
+}
 
 type blobHead struct {
 	id        int64
@@ -274,29 +604,31 @@ type writesKey [3]string // thread, namespace, checkpoint id
 // them.
 func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start, capBytes int64) (int, error) {
 	var bt, bn, bc, bv []string
+	var bvar []int32
 	seen := map[blobKey]bool{}
 	var wt, wn, wc []string
-	for _, it := range items {
+	for i := range items {
+		it := &items[i]
 		wt, wn, wc = append(wt, it.t.ThreadID), append(wn, it.t.Namespace), append(wc, it.t.CheckpointID)
 		for _, v := range it.vs {
-			k := blobKey{it.t.ThreadID, it.t.Namespace, v.Channel, v.Version}
+			k := it.key(v)
 			if !seen[k] {
 				seen[k] = true
-				bt, bn, bc, bv = append(bt, k[0]), append(bn, k[1]), append(bc, k[2]), append(bv, k[3])
+				bt, bn, bc, bv, bvar = append(bt, k.thread), append(bn, k.ns), append(bc, k.channel), append(bv, k.version), append(bvar, int32(k.variant))
 			}
 		}
 	}
 	b := &pgx.Batch{}
 	heads := map[blobKey]blobHead{}
 	if len(bt) > 0 {
-		b.Queue(`SELECT b.id, b.thread_id, b.namespace, b.channel, b.version, b.type, b.encoding, b.size, b.sha256
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(t, n, c, v)
-			JOIN lg_blobs b ON b.thread_id = k.t AND b.namespace = k.n AND b.channel = k.c AND b.version = k.v`,
-			bt, bn, bc, bv).Query(func(rows pgx.Rows) error {
+		b.Queue(`SELECT b.id, b.thread_id, b.namespace, b.channel, b.version, b.variant, b.type, b.encoding, b.size, b.sha256
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[]) AS k(t, n, c, v, r)
+			JOIN lg_blobs b ON b.thread_id = k.t AND b.namespace = k.n AND b.channel = k.c AND b.version = k.v AND b.variant = k.r`,
+			bt, bn, bc, bv, bvar).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var k blobKey
 				var h blobHead
-				if err := rows.Scan(&h.id, &k[0], &k[1], &k[2], &k[3], &h.typ, &h.enc, &h.size, &h.sha); err != nil {
+				if err := rows.Scan(&h.id, &k.thread, &k.ns, &k.channel, &k.version, &k.variant, &h.typ, &h.enc, &h.size, &h.sha); err != nil {
 					return err
 				}
 				heads[k] = h
@@ -328,9 +660,10 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 	bytes := start
 	counted := map[blobKey]bool{}
 	n := 0
-	for i, it := range items {
+	for i := range items {
+		it := &items[i]
 		for _, v := range it.vs {
-			k := blobKey{it.t.ThreadID, it.t.Namespace, v.Channel, v.Version}
+			k := it.key(v)
 			if h, ok := heads[k]; ok && h.typ != store.LGEmptyType && !counted[k] {
 				counted[k] = true
 				bytes += h.size
@@ -347,15 +680,16 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 	// the bytes of what fits: values not in the cache, and writes
 	need := map[int64]blobKey{} // row id -> key
 	values := map[blobKey]*store.LGBlob{}
-	for _, it := range items[:n] {
+	for i := range items[:n] {
+		it := &items[i]
 		for _, v := range it.vs {
-			k := blobKey{it.t.ThreadID, it.t.Namespace, v.Channel, v.Version}
+			k := it.key(v)
 			h, ok := heads[k]
 			if !ok || h.typ == store.LGEmptyType || values[k] != nil {
 				continue
 			}
 			if raw, ok := s.blobs.Get(h.sha); ok && int64(len(raw)) == h.size {
-				values[k] = &store.LGBlob{Channel: v.Channel, Version: v.Version, Type: h.typ, Data: raw}
+				values[k] = &store.LGBlob{Channel: v.Channel, Version: v.Version, Variant: k.variant, Type: h.typ, Data: raw}
 				continue
 			}
 			need[h.id] = k
@@ -368,9 +702,10 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 		}
 	}
 	owner := map[blobKey]string{} // a checkpoint naming the value, for errors
-	for _, it := range items[:n] {
+	for i := range items[:n] {
+		it := &items[i]
 		for _, v := range it.vs {
-			k := blobKey{it.t.ThreadID, it.t.Namespace, v.Channel, v.Version}
+			k := it.key(v)
 			if _, ok := owner[k]; !ok {
 				owner[k] = it.t.CheckpointID
 			}
@@ -392,13 +727,13 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 				}
 				k := need[id]
 				h := heads[k]
-				raw, err := store.Unpack(owner[k], fmt.Sprintf("blob %s@%s", k[2], k[3]), data, int(h.enc), h.size, h.sha)
+				raw, err := store.Unpack(owner[k], store.LGValueWhat(k.channel, k.version, k.variant), data, int(h.enc), h.size, h.sha)
 				if err != nil {
 					ferr = err
 					continue
 				}
 				s.blobs.Add(h.sha, raw)
-				values[k] = &store.LGBlob{Channel: k[2], Version: k[3], Type: h.typ, Data: raw}
+				values[k] = &store.LGBlob{Channel: k.channel, Version: k.version, Variant: k.variant, Type: h.typ, Data: raw}
 				delete(need, id)
 			}
 			return rows.Err()
@@ -432,7 +767,7 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 	for i := range items[:n] {
 		t := &items[i].t
 		for _, v := range items[i].vs {
-			if bl := values[blobKey{t.ThreadID, t.Namespace, v.Channel, v.Version}]; bl != nil {
+			if bl := values[items[i].key(v)]; bl != nil {
 				t.Blobs = append(t.Blobs, *bl)
 			}
 		}
@@ -460,8 +795,8 @@ func (s *Store) lgRead(ctx context.Context, op string, f func(tx pgx.Tx) error) 
 // LGGet returns one checkpoint of (thread, ns) with its blobs and writes: checkpointID, or the
 // latest (highest id) when empty. nil when there is none.
 func (s *Store) LGGet(ctx context.Context, thread, ns, checkpointID string) (*store.LGTuple, error) {
-	if thread == "" {
-		return nil, invalid("threadId", "required")
+	if err := store.CheckLGThread("threadId", thread); err != nil {
+		return nil, err
 	}
 	var out *store.LGTuple
 	err := s.lgRead(ctx, "lg get", func(tx pgx.Tx) error {
@@ -506,23 +841,29 @@ func (s *Store) scanItems(ctx context.Context, tx pgx.Tx, q string, args []any, 
 	return items, rows.Err()
 }
 
-// lgListQuery builds the SQL of one lg/list page, in (checkpoint_id DESC, id DESC) order.
-func lgListQuery(f store.LGListFilter, cur *store.LGCursor, limit int) (string, []any, error) {
+// lgListQuery builds the SQL of one lg/list page (cols selected), in (checkpoint_id DESC, id
+// DESC) order.
+func lgListQuery(cols string, f store.LGListFilter, meta *store.LGMetaQuery, cur *store.LGCursor, limit int) (string, []any) {
 	var where []string
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	meta, err := store.LGMetaFilter(f.Metadata)
-	if err != nil {
-		return "", nil, err
+	if meta != nil {
+		for _, k := range meta.Keys {
+			if !k.Indexed {
+				continue
+			}
+			cond := `EXISTS (SELECT 1 FROM lg_meta m WHERE m.key = ` + arg(k.Key) + ` AND m.vhash = ANY(` + arg(k.Hashes) +
+				`::bytea[]) AND m.checkpoint_id = c.checkpoint_id AND m.ckpt = c.id)`
+			if k.Missing {
+				cond = `(` + cond + ` OR NOT EXISTS (SELECT 1 FROM lg_meta m WHERE m.ckpt = c.id AND m.key = ` + arg(k.Key) + `))`
+			}
+			where = append(where, cond)
+		}
 	}
-	for _, m := range meta {
-		where = append(where, `EXISTS (SELECT 1 FROM lg_meta m WHERE m.key = `+arg(m.Key)+` AND m.vhash = `+arg(m.Hash)+
-			` AND m.checkpoint_id = c.checkpoint_id AND m.ckpt = c.id)`)
-	}
-	if f.ThreadID != "" {
+	if f.HasThread() {
 		where = append(where, `c.thread_id = `+arg(f.ThreadID))
 	}
 	if f.Namespace != nil {
@@ -537,12 +878,12 @@ func lgListQuery(f store.LGListFilter, cur *store.LGCursor, limit int) (string, 
 	if cur != nil {
 		where = append(where, `(c.checkpoint_id, c.id) < (`+arg(cur.ID)+`, `+arg(cur.Key)+`)`)
 	}
-	q := `SELECT ` + lgCols + ` FROM lg_checkpoints c`
+	q := `SELECT ` + cols + ` FROM lg_checkpoints c`
 	if len(where) > 0 {
 		q += ` WHERE ` + joinAnd(where)
 	}
 	q += ` ORDER BY c.checkpoint_id DESC, c.id DESC LIMIT ` + arg(limit)
-	return q, args, nil
+	return q, args
 }
 
 func joinAnd(w []string) string {
@@ -556,6 +897,10 @@ func joinAnd(w []string) string {
 	return out
 }
 
+// lgScanBatch is how many candidate rows a filtered lg/list reads per query when the metadata
+// index alone does not decide (LGMetaQuery.Exact false).
+const lgScanBatch = 256
+
 // LGList returns one page of LangGraph checkpoints, id descending, with blobs and writes.
 func (s *Store) LGList(ctx context.Context, f store.LGListFilter) (store.LGListResult, error) {
 	if f.Limit < 0 || f.Limit > store.LGMaxListLimit {
@@ -568,18 +913,25 @@ func (s *Store) LGList(ctx context.Context, f store.LGListFilter) (store.LGListR
 			return store.LGListResult{}, err
 		}
 	}
+	meta, err := store.NewLGMetaQuery(f.Metadata, f.MetadataMatch)
+	if err != nil {
+		return store.LGListResult{}, err
+	}
 	page := lgPageTuples
 	if f.Limit > 0 && f.Limit < page {
 		page = f.Limit
 	}
-	q, args, err := lgListQuery(f, cur, page+1)
-	if err != nil {
-		return store.LGListResult{}, err
-	}
 	var res store.LGListResult
 	err = s.lgRead(ctx, "lg list", func(tx pgx.Tx) error {
 		res = store.LGListResult{}
-		items, err := s.scanItems(ctx, tx, q, args, page+1)
+		var items []lgItem
+		var err error
+		if meta == nil || meta.Exact {
+			q, args := lgListQuery(lgCols, f, meta, cur, page+1)
+			items, err = s.scanItems(ctx, tx, q, args, page+1)
+		} else {
+			items, err = s.listMatched(ctx, tx, f, meta, cur, page+1)
+		}
 		if err != nil {
 			return err
 		}
@@ -614,11 +966,55 @@ func (s *Store) LGList(ctx context.Context, f store.LGListFilter) (store.LGListR
 	return res, err
 }
 
+// listMatched reads up to want tuples whose metadata meta.Match accepts: candidates by the index
+// (their id and metadata only), lgScanBatch at a time, then the matching rows.
+func (s *Store) listMatched(ctx context.Context, tx pgx.Tx, f store.LGListFilter, meta *store.LGMetaQuery, cur *store.LGCursor, want int) ([]lgItem, error) {
+	var ids []int64
+	for len(ids) < want {
+		q, args := lgListQuery(`c.id, c.checkpoint_id, c.metadata`, f, meta, cur, lgScanBatch)
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for rows.Next() {
+			var rowid int64
+			var id string
+			var md []byte
+			if err := rows.Scan(&rowid, &id, &md); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			n++
+			cur = &store.LGCursor{ID: id, Key: rowid}
+			if meta.Match(md) {
+				ids = append(ids, rowid)
+				if len(ids) == want {
+					break
+				}
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if n < lgScanBatch {
+			break
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	items, err := s.scanItems(ctx, tx, `SELECT `+lgCols+` FROM lg_checkpoints c WHERE c.id = ANY($1)
+		ORDER BY c.checkpoint_id DESC, c.id DESC`, []any{ids}, len(ids))
+	return items, err
+}
+
 // LGChannelHistory walks the parent chain of a checkpoint (checkpointID, or the latest)
 // collecting, per channel, the ancestors' writes up to the nearest ancestor with a stored value.
 func (s *Store) LGChannelHistory(ctx context.Context, thread, ns, checkpointID string, channels []string) (store.LGHistoryResult, error) {
-	if thread == "" {
-		return store.LGHistoryResult{}, invalid("threadId", "required")
+	if err := store.CheckLGThread("threadId", thread); err != nil {
+		return store.LGHistoryResult{}, err
 	}
 	var res store.LGHistoryResult
 	err := s.lgRead(ctx, "lg channel history", func(tx pgx.Tx) error {
@@ -668,10 +1064,10 @@ func (a *lgAncestry) Writes(id string) ([]store.LGWrite, error) {
 	return out, nil
 }
 
-func (a *lgAncestry) Value(id, channel, version string) (*store.LGBlob, error) {
+func (a *lgAncestry) Value(id, channel, version string, variant int) (*store.LGBlob, error) {
 	var h blobHead
 	err := a.tx.QueryRow(a.ctx, `SELECT id, type, encoding, size, sha256 FROM lg_blobs
-		WHERE thread_id = $1 AND namespace = $2 AND channel = $3 AND version = $4`, a.thread, a.ns, channel, version).
+		WHERE thread_id = $1 AND namespace = $2 AND channel = $3 AND version = $4 AND variant = $5`, a.thread, a.ns, channel, version, variant).
 		Scan(&h.id, &h.typ, &h.enc, &h.size, &h.sha)
 	if noRows(err) {
 		return nil, nil
@@ -683,18 +1079,18 @@ func (a *lgAncestry) Value(id, channel, version string) (*store.LGBlob, error) {
 		return nil, nil
 	}
 	if raw, ok := a.s.blobs.Get(h.sha); ok && int64(len(raw)) == h.size {
-		return &store.LGBlob{Channel: channel, Version: version, Type: h.typ, Data: raw}, nil
+		return &store.LGBlob{Channel: channel, Version: version, Variant: variant, Type: h.typ, Data: raw}, nil
 	}
 	var data []byte
 	if err := a.tx.QueryRow(a.ctx, `SELECT data FROM lg_blobs WHERE id = $1`, h.id).Scan(&data); err != nil {
 		return nil, err
 	}
-	raw, err := store.Unpack(id, fmt.Sprintf("blob %s@%s", channel, version), data, int(h.enc), h.size, h.sha)
+	raw, err := store.Unpack(id, store.LGValueWhat(channel, version, variant), data, int(h.enc), h.size, h.sha)
 	if err != nil {
 		return nil, err
 	}
 	a.s.blobs.Add(h.sha, raw)
-	return &store.LGBlob{Channel: channel, Version: version, Type: h.typ, Data: raw}, nil
+	return &store.LGBlob{Channel: channel, Version: version, Variant: variant, Type: h.typ, Data: raw}, nil
 }
 
 type querier interface {
@@ -706,318 +1102,36 @@ type querier interface {
 func lgNode(ctx context.Context, q querier, thread, ns, checkpointID string) (*store.LGNode, error) {
 	var rowid int64
 	var id string
-	var parent *string
+	var parent, refs *string
 	var versions string
+	var created time.Time
 	var row pgx.Row
 	if checkpointID == "" {
-		row = q.QueryRow(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions FROM lg_checkpoints
+		row = q.QueryRow(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions, value_refs, created_at FROM lg_checkpoints
 			WHERE thread_id = $1 AND namespace = $2 ORDER BY checkpoint_id DESC LIMIT 1`, thread, ns)
 	} else {
-		row = q.QueryRow(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions FROM lg_checkpoints
+		row = q.QueryRow(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions, value_refs, created_at FROM lg_checkpoints
 			WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = $3`, thread, ns, checkpointID)
 	}
-	err := row.Scan(&rowid, &id, &parent, &versions)
+	err := row.Scan(&rowid, &id, &parent, &versions, &refs, &created)
 	if noRows(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return store.NewLGNode(rowid, id, deref(parent), []byte(versions))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Deletion, copy, prune (writer transaction, the threads' locks held)
-
-// lgDeleteRows removes checkpoints (nodes' Keys) of (thread, ns) with their metadata rows and
-// pending writes.
-func lgDeleteRows(ctx context.Context, w *wtx, thread, ns string, nodes []*store.LGNode) error {
-	if len(nodes) == 0 {
-		return nil
-	}
-	keys := make([]int64, len(nodes))
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		keys[i], ids[i] = n.Key, n.ID
-	}
-	w.queue(`DELETE FROM lg_meta WHERE ckpt = ANY($1)`, keys)
-	w.queue(`DELETE FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = ANY($3)`, thread, ns, ids)
-	_, err := w.exec(ctx, `DELETE FROM lg_checkpoints WHERE id = ANY($1)`, keys)
-	return err
-}
-
-// lgNodes reads every checkpoint of (thread, ns), newest first.
-func lgNodes(ctx context.Context, w *wtx, thread, ns string) ([]*store.LGNode, error) {
-	rows, err := w.query(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions FROM lg_checkpoints
-		WHERE thread_id = $1 AND namespace = $2 ORDER BY checkpoint_id DESC, id DESC`, thread, ns)
+	n, err := store.NewLGNode(rowid, id, deref(parent), []byte(versions), refBytes(refs))
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*store.LGNode
-	for rows.Next() {
-		var rowid int64
-		var id, versions string
-		var parent *string
-		if err := rows.Scan(&rowid, &id, &parent, &versions); err != nil {
-			return nil, err
-		}
-		n, err := store.NewLGNode(rowid, id, deref(parent), []byte(versions))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
+	n.Created = created.UTC()
+	return n, nil
 }
 
-// lgGCBlobs deletes the blobs of (thread, ns) that none of keep refers to.
-func lgGCBlobs(ctx context.Context, w *wtx, thread, ns string, keep []*store.LGNode) error {
-	if len(keep) == 0 {
-		_, err := w.exec(ctx, `DELETE FROM lg_blobs WHERE thread_id = $1 AND namespace = $2`, thread, ns)
-		return err
-	}
-	var chs, vers []string
-	for _, n := range keep {
-		for _, v := range n.Versions {
-			chs, vers = append(chs, v.Channel), append(vers, v.Version)
-		}
-	}
-	_, err := w.exec(ctx, `DELETE FROM lg_blobs b WHERE b.thread_id = $1 AND b.namespace = $2
-		AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::text[]) AS k(c, v) WHERE k.c = b.channel AND k.v = b.version)`,
-		thread, ns, chs, vers)
-	return err
-}
-
-func lgNamespaces(ctx context.Context, w *wtx, thread string) ([]string, error) {
-	return workflowIDs(ctx, w, `SELECT namespace FROM lg_checkpoints WHERE thread_id = $1
-		UNION SELECT namespace FROM lg_blobs WHERE thread_id = $1
-		UNION SELECT namespace FROM lg_writes WHERE thread_id = $1`, thread)
-}
-
-func lgDeleteThread(ctx context.Context, w *wtx, thread string) (int, error) {
-	w.queue(`DELETE FROM lg_meta WHERE ckpt IN (SELECT id FROM lg_checkpoints WHERE thread_id = $1)`, thread)
-	w.queue(`DELETE FROM lg_writes WHERE thread_id = $1`, thread)
-	w.queue(`DELETE FROM lg_blobs WHERE thread_id = $1`, thread)
-	ct, err := w.exec(ctx, `DELETE FROM lg_checkpoints WHERE thread_id = $1`, thread)
-	return int(ct.RowsAffected()), err
-}
-
-func (s *Store) lgDo(ctx context.Context, op string, locks []int64, fn func(ctx context.Context, w *wtx) error) error {
-	return lgErr(op, s.do(ctx, locks, fn))
-}
-
-func threadKeys(threads ...string) []int64 {
-	keys := make([]int64, len(threads))
-	for i, t := range threads {
-		keys[i] = threadKey(t)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// LGDeleteThread deletes every LangGraph checkpoint, write and blob of thread; it returns the
-// number of checkpoints deleted.
-func (s *Store) LGDeleteThread(ctx context.Context, thread string) (int, error) {
-	if thread == "" {
-		return 0, invalid("threadId", "required")
-	}
-	n := 0
-	err := s.lgDo(ctx, "delete thread "+thread, threadKeys(thread), func(ctx context.Context, w *wtx) error {
-		var err error
-		n, err = lgDeleteThread(ctx, w, thread)
-		return err
-	})
-	return n, err
-}
-
-// LGCopyThread copies every checkpoint, write and blob of src to dst (same ids); dst rows with
-// the same keys are overwritten. It returns the number of checkpoints copied.
-func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) {
-	if err := store.CheckLGCopy(src, dst); err != nil {
-		return 0, err
-	}
-	if err := noNUL("targetThreadId", dst); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := s.lgDo(ctx, "copy thread "+src, threadKeys(src, dst), func(ctx context.Context, w *wtx) error {
-		// metadata rows of target checkpoints about to be overwritten
-		w.queue(`DELETE FROM lg_meta WHERE ckpt IN (SELECT t.id FROM lg_checkpoints s
-			JOIN lg_checkpoints t ON t.thread_id = $2 AND t.namespace = s.namespace AND t.checkpoint_id = s.checkpoint_id
-			WHERE s.thread_id = $1)`, src, dst)
-		ct, err := w.exec(ctx, `INSERT INTO lg_checkpoints (thread_id, namespace, checkpoint_id, parent_id, created_at,
-			channel_versions, metadata, type, encoding, size, sha256, data)
-			SELECT $2, namespace, checkpoint_id, parent_id, created_at, channel_versions, metadata, type, encoding, size, sha256, data
-			FROM lg_checkpoints WHERE thread_id = $1 ORDER BY id
-			ON CONFLICT (thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
-			created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
-			type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256, data = excluded.data`,
-			src, dst)
-		if err != nil {
-			return err
-		}
-		n = int(ct.RowsAffected())
-		w.queue(`INSERT INTO lg_meta (key, vhash, checkpoint_id, ckpt) SELECT m.key, m.vhash, m.checkpoint_id, t.id
-			FROM lg_checkpoints s JOIN lg_meta m ON m.ckpt = s.id
-			JOIN lg_checkpoints t ON t.thread_id = $2 AND t.namespace = s.namespace AND t.checkpoint_id = s.checkpoint_id
-			WHERE s.thread_id = $1 ON CONFLICT DO NOTHING`, src, dst)
-		w.queue(`INSERT INTO lg_writes (thread_id, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data)
-			SELECT $2, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data
-			FROM lg_writes WHERE thread_id = $1 ORDER BY id
-			ON CONFLICT (thread_id, namespace, checkpoint_id, task_id, idx) DO UPDATE SET task_path = excluded.task_path,
-			channel = excluded.channel, type = excluded.type, encoding = excluded.encoding, size = excluded.size,
-			sha256 = excluded.sha256, data = excluded.data`, src, dst)
-		_, err = w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, type, encoding, size, sha256, data)
-			SELECT $2, namespace, channel, version, type, encoding, size, sha256, data FROM lg_blobs WHERE thread_id = $1 ORDER BY id
-			ON CONFLICT (thread_id, namespace, channel, version) DO UPDATE SET type = excluded.type, encoding = excluded.encoding,
-			size = excluded.size, sha256 = excluded.sha256, data = excluded.data`, src, dst)
-		return err
-	})
-	return n, err
-}
-
-// LGPrune prunes threads: strategy "delete" removes them; "keep_latest" keeps, per namespace,
-// the latest checkpoint plus the ancestors a delta-channel replay of it needs. It returns the
-// number of checkpoints deleted.
-func (s *Store) LGPrune(ctx context.Context, threads []string, strategy string) (int, error) {
-	if err := store.CheckLGPrune(strategy); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := s.lgDo(ctx, "prune threads", threadKeys(threads...), func(ctx context.Context, w *wtx) error {
-		n = 0
-		for _, thread := range threads {
-			if strategy == "delete" {
-				k, err := lgDeleteThread(ctx, w, thread)
-				if err != nil {
-					return err
-				}
-				n += k
-				continue
-			}
-			nss, err := lgNamespaces(ctx, w, thread)
-			if err != nil {
-				return err
-			}
-			for _, ns := range nss {
-				k, err := lgKeepLatest(ctx, w, thread, ns)
-				if err != nil {
-					return err
-				}
-				n += k
-			}
-		}
+func refBytes(p *string) []byte {
+	if p == nil {
 		return nil
-	})
-	return n, err
+	}
+	return []byte(*p)
 }
 
-func lgKeepLatest(ctx context.Context, w *wtx, thread, ns string) (int, error) {
-	nodes, err := lgNodes(ctx, w, thread, ns)
-	if err != nil {
-		return 0, err
-	}
-	if len(nodes) == 0 {
-		return 0, lgGCBlobs(ctx, w, thread, ns, nil)
-	}
-	keep, err := store.SelectKeepLatest(nodes, lgPruneView{ctx, w, thread, ns})
-	if err != nil {
-		return 0, err
-	}
-	kept, drop := store.SplitKept(nodes, keep)
-	if err := lgDeleteRows(ctx, w, thread, ns, drop); err != nil {
-		return 0, err
-	}
-	// writes whose checkpoint does not exist (put_writes does not require it)
-	w.queue(`DELETE FROM lg_writes w WHERE w.thread_id = $1 AND w.namespace = $2 AND NOT EXISTS
-		(SELECT 1 FROM lg_checkpoints c WHERE c.thread_id = w.thread_id AND c.namespace = w.namespace
-		AND c.checkpoint_id = w.checkpoint_id)`, thread, ns)
-	return len(drop), lgGCBlobs(ctx, w, thread, ns, kept)
-}
-
-// lgPruneView is one (thread, namespace) inside the writer's transaction, for store.SelectKeepLatest.
-type lgPruneView struct {
-	ctx        context.Context
-	w          *wtx
-	thread, ns string
-}
-
-func (v lgPruneView) HasValue(ch, ver string) (bool, error) {
-	var typ string
-	err := v.w.queryRow(v.ctx, `SELECT type FROM lg_blobs WHERE thread_id = $1 AND namespace = $2 AND channel = $3 AND version = $4`,
-		v.thread, v.ns, ch, ver).Scan(&typ)
-	if noRows(err) {
-		return false, nil
-	}
-	return err == nil && typ != store.LGEmptyType, err
-}
-
-func (v lgPruneView) Written(id string) ([]string, error) {
-	return workflowIDs(v.ctx, v.w, `SELECT DISTINCT channel FROM lg_writes WHERE thread_id = $1 AND namespace = $2
-		AND checkpoint_id = $3 AND idx >= 0`, v.thread, v.ns, id)
-}
-
-// LGDeleteForRuns deletes every LangGraph checkpoint whose metadata.run_id is one of runIDs, with
-// its writes and the blobs nothing left refers to. It returns the number deleted.
-func (s *Store) LGDeleteForRuns(ctx context.Context, runIDs []string) (int, error) {
-	hashes, err := store.LGRunHashes(runIDs)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	err = s.lgDo(ctx, "delete for runs", nil, func(ctx context.Context, w *wtx) error {
-		n = 0
-		find := func() ([]string, error) {
-			return workflowIDs(ctx, w, `SELECT DISTINCT c.thread_id FROM lg_meta m JOIN lg_checkpoints c ON c.id = m.ckpt
-				WHERE m.key = 'run_id' AND m.vhash = ANY($1)`, hashes)
-		}
-		threads, err := find()
-		if err != nil || len(threads) == 0 {
-			return err
-		}
-		if err := w.lock(ctx, threadKeys(threads...)); err != nil {
-			return err
-		}
-		type pair struct{ thread, ns string }
-		affected := map[pair][]*store.LGNode{}
-		var order []pair
-		rows, err := w.query(ctx, `SELECT c.id, c.thread_id, c.namespace, c.checkpoint_id FROM lg_meta m
-			JOIN lg_checkpoints c ON c.id = m.ckpt WHERE m.key = 'run_id' AND m.vhash = ANY($1) AND c.thread_id = ANY($2)
-			ORDER BY m.vhash, c.id`, hashes, threads)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var nd store.LGNode
-			var p pair
-			if err := rows.Scan(&nd.Key, &p.thread, &p.ns, &nd.ID); err != nil {
-				rows.Close()
-				return err
-			}
-			if _, ok := affected[p]; !ok {
-				order = append(order, p)
-			}
-			affected[p] = append(affected[p], &nd)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, p := range order {
-			if err := lgDeleteRows(ctx, w, p.thread, p.ns, affected[p]); err != nil {
-				return err
-			}
-			n += len(affected[p])
-			rest, err := lgNodes(ctx, w, p.thread, p.ns)
-			if err != nil {
-				return err
-			}
-			if err := lgGCBlobs(ctx, w, p.thread, p.ns, rest); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return n, err
-}

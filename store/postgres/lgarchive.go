@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -57,17 +58,21 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 			return ctx.Err()
 		}
 		err := scanRows(ctx, tx, `SELECT namespace, checkpoint_id, parent_id, created_at, channel_versions, metadata,
-				type, encoding, size, sha256, data FROM lg_checkpoints WHERE thread_id = $1 ORDER BY namespace, checkpoint_id`,
+				type, encoding, size, sha256, data, value_refs FROM lg_checkpoints WHERE thread_id = $1 ORDER BY namespace, checkpoint_id`,
 			func(rows pgx.Rows) error {
 				r := store.LGRecord{Kind: store.LGKindCheckpoint}
-				var parent *string
+				var parent, refs *string
 				var size int64
 				var versions string
 				var enc int
 				var sha, data, meta []byte
 				if err := rows.Scan(&r.Namespace, &r.CheckpointID, &parent, &r.CreatedAt, &versions, &meta, &r.Type,
-					&enc, &size, &sha, &data); err != nil {
+					&enc, &size, &sha, &data, &refs); err != nil {
 					return err
+				}
+				var err error
+				if r.ValueRefs, err = store.ParseValueRefs(refBytes(refs)); err != nil {
+					return &store.CorruptError{CheckpointID: r.CheckpointID, Reason: "stored value refs do not parse: " + err.Error()}
 				}
 				r.ParentID, r.CreatedAt, r.ChannelVersions = deref(parent), r.CreatedAt.UTC(), json.RawMessage(versions)
 				if meta != nil {
@@ -78,16 +83,16 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 		if err != nil {
 			return err
 		}
-		err = scanRows(ctx, tx, `SELECT namespace, channel, version, type, encoding, size, sha256, data FROM lg_blobs
-				WHERE thread_id = $1 ORDER BY namespace, channel, version`, func(rows pgx.Rows) error {
+		err = scanRows(ctx, tx, `SELECT namespace, channel, version, variant, type, encoding, size, sha256, data FROM lg_blobs
+				WHERE thread_id = $1 ORDER BY namespace, channel, version, variant`, func(rows pgx.Rows) error {
 			r := store.LGRecord{Kind: store.LGKindValue}
 			var enc int
 			var size int64
 			var sha, data []byte
-			if err := rows.Scan(&r.Namespace, &r.Channel, &r.Version, &r.Type, &enc, &size, &sha, &data); err != nil {
+			if err := rows.Scan(&r.Namespace, &r.Channel, &r.Version, &r.Variant, &r.Type, &enc, &size, &sha, &data); err != nil {
 				return err
 			}
-			return emit(r, fmt.Sprintf("blob %s@%s", r.Channel, r.Version), data, enc, size, sha)
+			return emit(r, store.LGValueWhat(r.Channel, r.Version, r.Variant), data, enc, size, sha)
 		}, thread)
 		if err != nil {
 			return err
@@ -133,6 +138,7 @@ func (s *Store) LGImport(ctx context.Context, thread string, recs iter.Seq2[stor
 			return err
 		}
 		res.CreatedThread = !n
+		var newest time.Time
 		for r, err := range recs {
 			if err != nil {
 				return err
@@ -141,6 +147,14 @@ func (s *Store) LGImport(ctx context.Context, thread string, recs iter.Seq2[stor
 				return err
 			}
 			if err := s.lgImportOne(ctx, w, thread, r, &res); err != nil {
+				return err
+			}
+			if r.Kind == store.LGKindCheckpoint && r.CreatedAt.After(newest) {
+				newest = r.CreatedAt
+			}
+		}
+		if !newest.IsZero() {
+			if _, err := w.exec(ctx, lgTouchThreadSQL, thread, newest.UTC()); err != nil {
 				return err
 			}
 		}
@@ -209,21 +223,21 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 		}
 		p.Micros = r.CreatedAt.UnixMicro()
 		b := &pgx.Batch{}
-		queueLGCheckpoint(b, p)
+		queueLGCheckpoint(b, p, store.EncodeValueRefs(r.ValueRefs))
 		if err := w.sendBatch(ctx, b); err != nil {
 			return err
 		}
 		res.Imported.Checkpoints++
 	case store.LGKindValue:
-		dup, err := same(what, `SELECT encoding, size, sha256, data FROM lg_blobs WHERE thread_id = $1 AND namespace = $2 AND channel = $3 AND version = $4`,
-			thread, r.Namespace, r.Channel, r.Version)
+		dup, err := same(what, `SELECT encoding, size, sha256, data FROM lg_blobs WHERE thread_id = $1 AND namespace = $2 AND channel = $3
+				AND version = $4 AND variant = $5`, thread, r.Namespace, r.Channel, r.Version, r.Variant)
 		if err != nil || dup {
 			res.Skipped.Values += b2i(dup)
 			return err
 		}
 		pb := s.pack(r.Data)
-		if _, err := w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, type, encoding, size, sha256, data)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, thread, r.Namespace, r.Channel, r.Version, r.Type, pb.Enc, pb.Size, pb.SHA, pb.Data); err != nil {
+		if _, err := w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, thread, r.Namespace, r.Channel, r.Version, r.Variant, r.Type, pb.Enc, pb.Size, pb.SHA, pb.Data); err != nil {
 			return err
 		}
 		res.Imported.Values++

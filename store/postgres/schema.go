@@ -254,6 +254,45 @@ CREATE TABLE claims (
 );
 CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL;
 `},
+	// LangGraph fidelity and retention (store/postgres/channels.go, lgmaint.go; the same as
+	// SQLite's step 8): value variants and each checkpoint's value refs, values staged by
+	// lg/putValue, one row per thread (its last put, its own retention and expiry), the
+	// database's retention for threads without their own.
+	{"LangGraph value variants and refs, staged values, threads and their retention", `
+ALTER TABLE lg_blobs ADD COLUMN variant integer NOT NULL DEFAULT 0;
+DROP INDEX lg_blobs_key;
+CREATE UNIQUE INDEX lg_blobs_key ON lg_blobs (thread_id, namespace, channel, version, variant);
+CREATE INDEX lg_blobs_variants ON lg_blobs (thread_id, namespace) WHERE variant > 0;
+ALTER TABLE lg_checkpoints ADD COLUMN value_refs text;  -- JSON {channel: variant}; NULL: all variant 0
+
+CREATE TABLE lg_staged (
+	id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	thread_id  text COLLATE "C" NOT NULL,
+	created_at timestamptz NOT NULL,
+	type       text NOT NULL,
+	encoding   smallint NOT NULL,
+	size       bigint NOT NULL,
+	sha256     bytea NOT NULL,
+	data       bytea NOT NULL
+);
+ALTER TABLE lg_staged ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE INDEX lg_staged_created ON lg_staged (created_at);
+
+CREATE TABLE lg_threads (
+	thread_id  text COLLATE "C" PRIMARY KEY,
+	updated_at timestamptz NOT NULL,  -- its last put
+	retention  text,                  -- JSON Retention of its own; NULL: the database's or the daemon's
+	expires_at timestamptz            -- with its own retention's idleTtlSeconds: updated_at + that
+);
+CREATE INDEX lg_threads_updated ON lg_threads (updated_at);
+CREATE INDEX lg_threads_expires ON lg_threads (expires_at) WHERE expires_at IS NOT NULL;
+INSERT INTO lg_threads (thread_id, updated_at) SELECT thread_id, max(created_at) FROM lg_checkpoints GROUP BY thread_id;
+
+CREATE TABLE lg_config (
+	name  text PRIMARY KEY,  -- 'retention'
+	value text NOT NULL
+);
+`},
 }
 
 // SchemaVersion is the version this build migrates databases to.

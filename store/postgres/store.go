@@ -101,6 +101,9 @@ type Store struct {
 	onPruned  atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	feed      feed
 	closeOnce sync.Once
+	// staged holds the ids of the LangGraph values this store staged and no put took yet (dropped
+	// at Close); retaining the (thread, namespace) keys a retention runs on in the background.
+	staged, retaining sync.Map
 	closeErr  error
 }
 
@@ -283,6 +286,11 @@ func (s *Store) notifyPruned(workflowID string, ids []string, reason string) {
 // Close stops accepting work, commits everything already accepted and closes the connections.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.Condition().Writable() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.lgDropOwnStaged(ctx)
+			cancel()
+		}
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
@@ -376,5 +384,17 @@ func (s *Store) idleLoop() {
 		if _, err := s.ExpireIdle(context.Background()); err != nil && !errors.Is(err, store.ErrClosed) {
 			s.log.Warn("ckptd store: idle expiry failed", "err", err)
 		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-s.stopBG:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if _, err := s.LGExpireIdle(ctx); err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
+			s.log.Warn("ckptd store: idle expiry of LangGraph threads failed", "err", err)
+		}
+		cancel()
 	}
 }

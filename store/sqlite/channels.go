@@ -93,7 +93,9 @@ func (s *Store) enqueuePrepared(prepare func() error, fn func(ctx context.Contex
 }
 
 // LGPut queues a LangGraph checkpoint with its new blobs; validation, hashing and compression run
-// concurrently with earlier mutations. blobsStored is valid after Wait.
+// concurrently with earlier mutations. blobsStored is valid after Wait. With a retention (the
+// request's, the thread's own, the database's or the daemon's) that prunes, the put's
+// transaction also takes the first bite of it (lgRetain).
 func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsStored *int) {
 	n := new(int)
 	var p *store.LGPrepared
@@ -106,42 +108,204 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 		if err := s.fence(ctx, w, r.ThreadID, r.FencingToken); err != nil {
 			return err
 		}
-		if _, err := s.lgInsertCheckpoint(ctx, w, p); err != nil {
-			return err
-		}
-		for i, b := range r.Blobs {
-			pb := p.Blobs[i]
-			res, err := w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, type, encoding, size, sha256, data)
-				VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(thread_id, namespace, channel, version) DO NOTHING`,
-				r.ThreadID, r.Namespace, b.Channel, b.Version, b.Type, pb.Enc, pb.Size, pb.SHA, pb.Data)
+		var consumed []int64
+		if r.CheckpointStaged != 0 {
+			st, err := lgStaged(ctx, w, r.ThreadID, r.CheckpointStaged, "checkpoint.valueId")
 			if err != nil {
 				return err
 			}
-			if k, _ := res.RowsAffected(); k > 0 {
+			r.Type, p.CP = st.typ, st.packed
+			consumed = append(consumed, r.CheckpointStaged)
+		}
+		versions, err := store.ParseVersions(r.ChannelVersions)
+		if err != nil {
+			return invalid("channelVersions", "%v", err)
+		}
+		given := make(map[string]int, len(r.Blobs))
+		for i, b := range r.Blobs {
+			pb, typ := p.Blobs[i], b.Type
+			if b.Staged != 0 {
+				st, err := lgStaged(ctx, w, r.ThreadID, b.Staged, fmt.Sprintf("blobs[%d].valueId", i))
+				if err != nil {
+					return err
+				}
+				pb, typ = st.packed, st.typ
+				consumed = append(consumed, b.Staged)
+			}
+			variant, stored, err := s.lgStoreValue(ctx, w, r.ThreadID, r.Namespace, b.Channel, b.Version, typ, pb, b.Staged)
+			if err != nil {
+				return err
+			}
+			given[b.Channel] = variant
+			if stored {
 				*n++
-				s.walPending.Add(int64(len(pb.Data)))
 			}
 		}
-		return nil
+		refs, err := s.lgRefs(ctx, w, r.ThreadID, r.Namespace, r.ParentID, versions, given)
+		if err != nil {
+			return err
+		}
+		if _, err := s.lgInsertCheckpoint(ctx, w, p, store.EncodeValueRefs(refs)); err != nil {
+			return err
+		}
+		for _, id := range consumed {
+			if _, err := w.lgExec(ctx, `DELETE FROM lg_staged WHERE id = ?`, id); err != nil {
+				return err
+			}
+			s.staged.Delete(id)
+		}
+		return s.lgTouch(ctx, w, p)
 	}), n
 }
 
-// lgInsertCheckpoint writes (or overwrites) the checkpoint row of p and its metadata index rows,
-// in the writer's transaction; it returns the row's id.
-func (s *Store) lgInsertCheckpoint(ctx context.Context, w *wtx, p *store.LGPrepared) (int64, error) {
+// lgStoredValue is a staged value as a put takes it.
+type lgStagedValue struct {
+	typ    string
+	packed store.Packed // Data nil: still in lg_staged
+}
+
+// lgStaged reads the head of a staged value of thread; field names it in errors.
+func lgStaged(ctx context.Context, w *wtx, thread string, id int64, field string) (lgStagedValue, error) {
+	var v lgStagedValue
+	var owner string
+	var enc int
+	var size int64
+	err := w.queryRow(ctx, `SELECT thread_id, type, encoding, size, sha256 FROM lg_staged WHERE id = ?`, id).
+		Scan(&owner, &v.typ, &enc, &size, &v.packed.SHA)
+	if errors.Is(err, sql.ErrNoRows) {
+		return v, invalid(field, "no staged value %d (lg/putValue): unknown, already used or expired", id)
+	}
+	if err != nil {
+		return v, err
+	}
+	if owner != thread {
+		return v, invalid(field, "staged value %d belongs to another thread", id)
+	}
+	v.packed.Enc, v.packed.Size = enc, int(size)
+	return v, nil
+}
+
+// lgStoreValue stores one value of a put under (channel, version): as variant 0 when the version
+// is new, else as the variant already holding the same bytes, else as a new variant. pb.Data nil
+// with staged set: the bytes are those of the staged value. It returns the variant and whether
+// a row was written.
+func (s *Store) lgStoreValue(ctx context.Context, w *wtx, thread, ns, channel, version, typ string, pb store.Packed, staged int64) (int, bool, error) {
+	insert := func(variant int) (bool, error) {
+		var res sql.Result
+		var err error
+		if staged != 0 {
+			res, err = w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+				SELECT ?, ?, ?, ?, ?, type, encoding, size, sha256, data FROM lg_staged WHERE id = ?
+				ON CONFLICT(thread_id, namespace, channel, version, variant) DO NOTHING`,
+				thread, ns, channel, version, variant, staged)
+		} else {
+			res, err = w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+				VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(thread_id, namespace, channel, version, variant) DO NOTHING`,
+				thread, ns, channel, version, variant, typ, pb.Enc, pb.Size, pb.SHA, pb.Data)
+		}
+		if err != nil {
+			return false, err
+		}
+		k, _ := res.RowsAffected()
+		if k > 0 {
+			s.walPending.Add(int64(pb.Size))
+		}
+		return k > 0, nil
+	}
+	ok, err := insert(0)
+	if err != nil || ok {
+		return 0, ok, err
+	}
+	// The version is taken: the same bytes, or another branch's.
+	rows, err := w.query(ctx, `SELECT variant, type, size, sha256 FROM lg_blobs
+		WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`, thread, ns, channel, version)
+	if err != nil {
+		return 0, false, err
+	}
+	var stored []store.LGStoredValue
+	for rows.Next() {
+		var v store.LGStoredValue
+		if err := rows.Scan(&v.Variant, &v.Type, &v.Size, &v.SHA); err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		stored = append(stored, v)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, false, err
+	}
+	match, next := store.LGMatchVariant(stored, typ, pb)
+	if match >= 0 {
+		return match, false, nil
+	}
+	ok, err = insert(next)
+	return next, ok, err
+}
+
+// lgRefs resolves the variant of every channel of a put (given: those it stores): the channels
+// it does not store take their parent's variant, or the newest stored one. A (thread, namespace)
+// that never stored a second variant needs no lookup: everything is variant 0.
+func (s *Store) lgRefs(ctx context.Context, w *wtx, thread, ns, parentID string, versions []store.ChanVer, given map[string]int) (map[string]int, error) {
+	inherit := false
+	for _, cv := range versions {
+		if _, ok := given[cv.Channel]; !ok {
+			inherit = true
+			break
+		}
+	}
+	if !inherit {
+		return given, nil
+	}
+	var one int
+	err := w.queryRow(ctx, `SELECT 1 FROM lg_blobs INDEXED BY lg_blobs_variants WHERE thread_id = ? AND namespace = ? AND variant > 0 LIMIT 1`,
+		thread, ns).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return given, nil // variants are all 0
+	}
+	if err != nil {
+		return nil, err
+	}
+	var parent *store.LGNode
+	if parentID != "" {
+		if parent, err = lgNodeByID(ctx, w, thread, ns, parentID); err != nil {
+			return nil, err
+		}
+	}
+	return store.LGInheritedRefs(versions, given, parent, func(ch, ver string) (int, error) {
+		var v int
+		err := w.queryRow(ctx, `SELECT variant FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?
+			ORDER BY id DESC LIMIT 1`, thread, ns, ch, ver).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		return v, err
+	})
+}
+
+// lgInsertCheckpoint writes (or overwrites) the checkpoint row of p with its value refs and its
+// metadata index rows, in the writer's transaction; it returns the row's id.
+func (s *Store) lgInsertCheckpoint(ctx context.Context, w *wtx, p *store.LGPrepared, refs []byte) (int64, error) {
 	r := &p.Req
 	var rowid int64
 	upsert, err := w.wstmt(ctx, `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
-		channel_versions, metadata, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+		channel_versions, metadata, type, encoding, size, sha256, data, value_refs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT(thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
 		created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
 		type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256,
-		data = excluded.data RETURNING id`)
+		data = excluded.data, value_refs = excluded.value_refs RETURNING id`)
 	if err != nil {
 		return 0, err
 	}
+	var data any = p.CP.Data
+	if p.CP.Data == nil { // staged: read it where it is
+		var d []byte
+		if err := w.queryRow(ctx, `SELECT data FROM lg_staged WHERE id = ?`, r.CheckpointStaged).Scan(&d); err != nil {
+			return 0, err
+		}
+		data = d
+	}
 	if err := upsert.QueryRowContext(ctx, r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), p.Micros,
-		string(r.ChannelVersions), nullBytes(p.MetaRaw), r.Type, p.CP.Enc, p.CP.Size, p.CP.SHA, p.CP.Data).Scan(&rowid); err != nil {
+		string(r.ChannelVersions), nullBytes(p.MetaRaw), r.Type, p.CP.Enc, p.CP.Size, p.CP.SHA, data, nullBytes(refs)).Scan(&rowid); err != nil {
 		return 0, err
 	}
 	if _, err := w.lgExec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, rowid); err != nil {
@@ -153,7 +317,7 @@ func (s *Store) lgInsertCheckpoint(ctx context.Context, w *wtx, p *store.LGPrepa
 			return 0, err
 		}
 	}
-	s.walPending.Add(int64(len(p.CP.Data)))
+	s.walPending.Add(int64(p.CP.Size))
 	return rowid, nil
 }
 
@@ -173,7 +337,9 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 			return err
 		}
 		for i, w := range writes {
-			ps[i] = s.pack(w.Data)
+			if w.Staged == 0 {
+				ps[i] = s.pack(w.Data)
+			}
 		}
 		return nil
 	}, func(ctx context.Context, w *wtx) error {
@@ -186,10 +352,25 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 			if wr.Idx < 0 {
 				verb = "INSERT OR REPLACE"
 			}
-			p := ps[i]
-			res, err := w.lgExec(ctx, verb+` INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
-				channel, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
-				thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.Enc, p.Size, p.SHA, p.Data)
+			var res sql.Result
+			var err error
+			if wr.Staged != 0 {
+				if _, err := lgStaged(ctx, w, thread, wr.Staged, fmt.Sprintf("writes[%d].valueId", i)); err != nil {
+					return err
+				}
+				res, err = w.lgExec(ctx, verb+` INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
+					channel, type, encoding, size, sha256, data) SELECT ?,?,?,?,?,?,?, type, encoding, size, sha256, data
+					FROM lg_staged WHERE id = ?`, thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Staged)
+				if err == nil {
+					_, err = w.lgExec(ctx, `DELETE FROM lg_staged WHERE id = ?`, wr.Staged)
+					s.staged.Delete(wr.Staged)
+				}
+			} else {
+				p := ps[i]
+				res, err = w.lgExec(ctx, verb+` INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
+					channel, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+					thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.Enc, p.Size, p.SHA, p.Data)
+			}
 			if err != nil {
 				return err
 			}
@@ -201,34 +382,66 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 	}), n
 }
 
+// LGStageValue stores one value of thread ahead of the put or putWrites that names it (lg/putValue):
+// a request then carries one value at most. A value no put takes is collected once it is older
+// than store.LGStagedTTL, and when this store closes.
+func (s *Store) LGStageValue(ctx context.Context, thread, typ string, data []byte) (int64, error) {
+	if err := store.CheckLGThread("threadId", thread); err != nil {
+		return 0, err
+	}
+	if typ == "" {
+		return 0, invalid("type", "required")
+	}
+	if typ == store.LGEmptyType {
+		return 0, invalid("type", "an empty value needs no staging")
+	}
+	p := s.pack(data)
+	var id int64
+	err := s.lgWait(ctx, "stage a LangGraph value", func(ctx context.Context, w *wtx) error {
+		return w.queryRow(ctx, `INSERT INTO lg_staged(thread_id, created_at, type, encoding, size, sha256, data)
+			VALUES (?,?,?,?,?,?,?) RETURNING id`, thread, s.now().UnixMicro(), typ, p.Enc, p.Size, p.SHA, p.Data).Scan(&id)
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.staged.Store(id, struct{}{})
+	return id, nil
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reads
 
 const lgCols = `c.id, c.thread_id, c.namespace, c.checkpoint_id, c.parent_id, c.created_at, c.channel_versions,
-	c.metadata, c.type, c.encoding, c.size, c.sha256, c.data`
+	c.metadata, c.type, c.encoding, c.size, c.sha256, c.data, c.value_refs`
+
+// blobKey names one stored value: thread, namespace, channel, version, variant.
+type blobKey struct {
+	thread, ns, channel, version string
+	variant                      int
+}
 
 // lgReader reads tuples inside one read transaction, fetching each blob key once.
 type lgReader struct {
 	s     *Store
 	ctx   context.Context
 	tx    *rtx
-	blobs map[[4]string]*store.LGBlob // nil value: missing or empty
-	bytes int64                       // distinct bytes read so far
+	blobs map[blobKey]*store.LGBlob // nil value: missing or empty
+	bytes int64                     // distinct bytes read so far
 }
 
 func (s *Store) newLGReader(ctx context.Context, tx *rtx) *lgReader {
-	return &lgReader{s: s, ctx: ctx, tx: tx, blobs: map[[4]string]*store.LGBlob{}}
+	return &lgReader{s: s, ctx: ctx, tx: tx, blobs: map[blobKey]*store.LGBlob{}}
 }
 
 // blob returns the stored non-empty blob of a key, or nil.
-func (r *lgReader) blob(thread, ns, checkpointID, channel, version string) (*store.LGBlob, error) {
-	key := [4]string{thread, ns, channel, version}
+func (r *lgReader) blob(thread, ns, checkpointID, channel, version string, variant int) (*store.LGBlob, error) {
+	key := blobKey{thread, ns, channel, version, variant}
 	if b, ok := r.blobs[key]; ok {
 		return b, nil
 	}
 	r.blobs[key] = nil // missing or empty unless the row says otherwise
-	if err := r.fetchBlobs(thread, ns, checkpointID, `SELECT id, channel, version, type, encoding, size, sha256 FROM lg_blobs
-		WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`, []any{thread, ns, channel, version}); err != nil {
+	if err := r.fetchBlobs(thread, ns, checkpointID, `SELECT id, channel, version, variant, type, encoding, size, sha256 FROM lg_blobs
+		WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ? AND variant = ?`, []any{thread, ns, channel, version, variant}); err != nil {
 		return nil, err
 	}
 	return r.blobs[key], nil
@@ -240,33 +453,33 @@ const prefetchChunk = 32
 
 // prefetch reads the blobs of vs not read yet with one query per prefetchChunk pairs (instead
 // of one per channel), so that blob() finds them.
-func (r *lgReader) prefetch(thread, ns, checkpointID string, vs []store.ChanVer) error {
-	var want []store.ChanVer
-	seen := map[[2]string]bool{}
+func (r *lgReader) prefetch(thread, ns, checkpointID string, vs []store.ChanVer, refs map[string]int) error {
+	var want []blobKey
+	seen := map[blobKey]bool{}
 	for _, v := range vs {
-		k := [2]string{v.Channel, v.Version}
-		if _, done := r.blobs[[4]string{thread, ns, v.Channel, v.Version}]; done || seen[k] {
+		k := blobKey{thread, ns, v.Channel, v.Version, refs[v.Channel]}
+		if _, done := r.blobs[k]; done || seen[k] {
 			continue
 		}
 		seen[k] = true
-		want = append(want, v)
+		want = append(want, k)
 	}
 	for len(want) > 0 {
 		n := min(len(want), prefetchChunk)
 		chunk := want[:n]
 		want = want[n:]
-		args := make([]any, 0, 2+2*n)
+		args := make([]any, 0, 2+3*n)
 		args = append(args, thread, ns)
 		var q strings.Builder
-		q.WriteString(`SELECT id, channel, version, type, encoding, size, sha256 FROM lg_blobs
-		WHERE thread_id = ? AND namespace = ? AND (channel, version) IN (VALUES `)
-		for i, v := range chunk {
+		q.WriteString(`SELECT id, channel, version, variant, type, encoding, size, sha256 FROM lg_blobs
+		WHERE thread_id = ? AND namespace = ? AND (channel, version, variant) IN (VALUES `)
+		for i, k := range chunk {
 			if i > 0 {
 				q.WriteByte(',')
 			}
-			q.WriteString("(?,?)")
-			args = append(args, v.Channel, v.Version)
-			r.blobs[[4]string{thread, ns, v.Channel, v.Version}] = nil // missing unless a row says otherwise
+			q.WriteString("(?,?,?)")
+			args = append(args, k.channel, k.version, k.variant)
+			r.blobs[k] = nil // missing unless a row says otherwise
 		}
 		q.WriteByte(')')
 		if err := r.fetchBlobs(thread, ns, checkpointID, q.String(), args); err != nil {
@@ -276,13 +489,14 @@ func (r *lgReader) prefetch(thread, ns, checkpointID string, vs []store.ChanVer)
 	return nil
 }
 
-// fetchBlobs runs q (selecting id, channel, version, type, encoding, size, sha256 of lg_blobs
+// fetchBlobs runs q (selecting id, channel, version, variant, type, encoding, size, sha256 of lg_blobs
 // rows: never the data, so SQLite reads no overflow pages) and records each row's value in
 // r.blobs: from the store's blob cache when it holds the row's stored SHA-256, else read,
 // verified and decoded by a second query over the rows the cache lacked.
 func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) error {
 	type need struct {
 		channel, version, typ string
+		variant               int
 		enc, size             int64
 		sha                   []byte
 	}
@@ -294,7 +508,7 @@ func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) er
 	for rows.Next() {
 		var id int64
 		var n need
-		if err := rows.Scan(&id, &n.channel, &n.version, &n.typ, &n.enc, &n.size, &n.sha); err != nil {
+		if err := rows.Scan(&id, &n.channel, &n.version, &n.variant, &n.typ, &n.enc, &n.size, &n.sha); err != nil {
 			rows.Close()
 			return err
 		}
@@ -302,7 +516,7 @@ func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) er
 			continue
 		}
 		if raw, ok := r.s.blobs.Get(n.sha); ok && int64(len(raw)) == n.size {
-			r.blobs[[4]string{thread, ns, n.channel, n.version}] = &store.LGBlob{Channel: n.channel, Version: n.version, Type: n.typ, Data: raw}
+			r.blobs[blobKey{thread, ns, n.channel, n.version, n.variant}] = &store.LGBlob{Channel: n.channel, Version: n.version, Variant: n.variant, Type: n.typ, Data: raw}
 			r.bytes += int64(len(raw))
 			continue
 		}
@@ -344,12 +558,12 @@ func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) er
 			return err
 		}
 		n := missing[id]
-		raw, err := store.Unpack(checkpointID, fmt.Sprintf("blob %s@%s", n.channel, n.version), data, int(n.enc), n.size, n.sha)
+		raw, err := store.Unpack(checkpointID, store.LGValueWhat(n.channel, n.version, n.variant), data, int(n.enc), n.size, n.sha)
 		if err != nil {
 			return err
 		}
 		r.s.blobs.Add(n.sha, raw)
-		r.blobs[[4]string{thread, ns, n.channel, n.version}] = &store.LGBlob{Channel: n.channel, Version: n.version, Type: n.typ, Data: raw}
+		r.blobs[blobKey{thread, ns, n.channel, n.version, n.variant}] = &store.LGBlob{Channel: n.channel, Version: n.version, Variant: n.variant, Type: n.typ, Data: raw}
 		r.bytes += int64(len(raw))
 		delete(missing, id)
 	}
@@ -390,16 +604,24 @@ func (r *lgReader) writes(thread, ns, checkpointID string) ([]store.LGWrite, err
 	return out, nil
 }
 
+// lgItem is a tuple being read with its row id (cursor ties) and value refs.
+type lgItem struct {
+	t     store.LGTuple
+	rowid int64
+	refs  map[string]int
+}
+
 // scanTuple reads one lgCols row (without blobs and writes).
-func (r *lgReader) scanTuple(sc interface{ Scan(...any) error }) (store.LGTuple, int64, error) {
-	var t store.LGTuple
-	var rowid, created, enc, size int64
+func (r *lgReader) scanTuple(sc interface{ Scan(...any) error }) (lgItem, error) {
+	var it lgItem
+	t := &it.t
+	var created, enc, size int64
 	var parent sql.NullString
 	var versions string
-	var meta, sha, data []byte
-	if err := sc.Scan(&rowid, &t.ThreadID, &t.Namespace, &t.CheckpointID, &parent, &created, &versions, &meta,
-		&t.Type, &enc, &size, &sha, &data); err != nil {
-		return t, 0, err
+	var meta, sha, data, refs []byte
+	if err := sc.Scan(&it.rowid, &t.ThreadID, &t.Namespace, &t.CheckpointID, &parent, &created, &versions, &meta,
+		&t.Type, &enc, &size, &sha, &data, &refs); err != nil {
+		return it, err
 	}
 	t.ParentID = parent.String
 	t.CreatedAt = time.UnixMicro(created).UTC()
@@ -409,23 +631,27 @@ func (r *lgReader) scanTuple(sc interface{ Scan(...any) error }) (store.LGTuple,
 	}
 	var err error
 	if t.Checkpoint, err = store.Unpack(t.CheckpointID, "checkpoint", data, int(enc), size, sha); err != nil {
-		return t, 0, err
+		return it, err
+	}
+	if it.refs, err = store.ParseValueRefs(refs); err != nil {
+		return it, &store.CorruptError{CheckpointID: t.CheckpointID, Reason: "stored value refs do not parse: " + err.Error()}
 	}
 	r.bytes += int64(len(t.Checkpoint))
-	return t, rowid, nil
+	return it, nil
 }
 
 // fill adds a tuple's blobs and writes.
-func (r *lgReader) fill(t *store.LGTuple) error {
+func (r *lgReader) fill(it *lgItem) error {
+	t := &it.t
 	vs, err := store.ParseVersions(t.ChannelVersions)
 	if err != nil {
 		return &store.CorruptError{CheckpointID: t.CheckpointID, Reason: "stored channel versions do not parse: " + err.Error()}
 	}
-	if err := r.prefetch(t.ThreadID, t.Namespace, t.CheckpointID, vs); err != nil {
+	if err := r.prefetch(t.ThreadID, t.Namespace, t.CheckpointID, vs, it.refs); err != nil {
 		return err
 	}
 	for _, v := range vs {
-		b, err := r.blob(t.ThreadID, t.Namespace, t.CheckpointID, v.Channel, v.Version)
+		b, err := r.blob(t.ThreadID, t.Namespace, t.CheckpointID, v.Channel, v.Version, it.refs[v.Channel])
 		if err != nil {
 			return err
 		}
@@ -455,8 +681,8 @@ func (s *Store) lgRead(ctx context.Context, op string, f func(r *lgReader) error
 // LGGet returns one checkpoint of (thread, ns) with its blobs and writes: checkpointID, or the
 // latest (highest id) when empty. nil when there is none.
 func (s *Store) LGGet(ctx context.Context, thread, ns, checkpointID string) (*store.LGTuple, error) {
-	if thread == "" {
-		return nil, invalid("threadId", "required")
+	if err := store.CheckLGThread("threadId", thread); err != nil {
+		return nil, err
 	}
 	var out *store.LGTuple
 	err := s.lgRead(ctx, "lg get", func(r *lgReader) error {
@@ -475,65 +701,92 @@ func (s *Store) LGGet(ctx context.Context, thread, ns, checkpointID string) (*st
 			rows.Close()
 			return rows.Err()
 		}
-		t, _, err := r.scanTuple(rows)
+		it, err := r.scanTuple(rows)
 		rows.Close()
 		if err != nil {
 			return err
 		}
-		if err := r.fill(&t); err != nil {
+		if err := r.fill(&it); err != nil {
 			return err
 		}
-		out = &t
+		out = &it.t
 		return nil
 	})
 	return out, err
 }
 
-// lgListQuery builds the SQL of one lg/list page. Every shape walks an index in
-// (checkpoint_id DESC, rowid DESC) order, so no temporary b-tree sorts the result.
-func lgListQuery(f store.LGListFilter, cur *store.LGCursor, limit int) (string, []any, error) {
+// lgListQuery builds the SQL of one lg/list page (cols selected). Every shape walks an index in
+// (checkpoint_id DESC, rowid DESC) order, so no temporary b-tree sorts the result (but for a
+// search over every thread driven by a metadata key with several hashes).
+func lgListQuery(cols string, f store.LGListFilter, meta *store.LGMetaQuery, cur *store.LGCursor, limit int) (string, []any) {
 	var where []string
 	var args []any
 	add := func(cond string, a ...any) {
 		where = append(where, cond)
 		args = append(args, a...)
 	}
-	meta, err := store.LGMetaFilter(f.Metadata)
-	if err != nil {
-		return "", nil, err
-	}
-	existsMeta := func(ms []store.LGMetaRow) {
-		for _, m := range ms {
-			add(`EXISTS (SELECT 1 FROM lg_meta m WHERE m.key = ? AND m.vhash = ? AND m.checkpoint_id = c.checkpoint_id AND m.ckpt = c.id)`, m.Key, m.Hash)
+	hashIn := func(col string, hs [][]byte) string {
+		if len(hs) == 1 {
+			args = append(args, hs[0])
+			return col + ` = ?`
 		}
+		for _, h := range hs {
+			args = append(args, h)
+		}
+		return col + ` IN (?` + strings.Repeat(`,?`, len(hs)-1) + `)`
+	}
+	existsMeta := func(skip int) {
+		if meta == nil {
+			return
+		}
+		for i, k := range meta.Keys {
+			if i == skip || !k.Indexed {
+				continue
+			}
+			args = append(args, k.Key)
+			cond := `EXISTS (SELECT 1 FROM lg_meta m WHERE m.key = ? AND ` + hashIn(`m.vhash`, k.Hashes) +
+				` AND m.checkpoint_id = c.checkpoint_id AND m.ckpt = c.id)`
+			if k.Missing {
+				args = append(args, k.Key)
+				cond = `(` + cond + ` OR NOT EXISTS (SELECT 1 FROM lg_meta m INDEXED BY lg_meta_ckpt WHERE m.ckpt = c.id AND m.key = ?))`
+			}
+			where = append(where, cond)
+		}
+	}
+	driver := -1
+	if meta != nil {
+		driver = meta.Driver()
 	}
 	from := ""
 	idCol, rowCol := "c.checkpoint_id", "c.id"
 	switch {
-	case f.ThreadID != "" && f.Namespace != nil:
+	case f.HasThread() && f.Namespace != nil:
 		from = `lg_checkpoints c INDEXED BY lg_checkpoints_key`
 		add(`c.thread_id = ?`, f.ThreadID)
 		add(`c.namespace = ?`, *f.Namespace)
-		existsMeta(meta)
-	case f.ThreadID != "":
+		existsMeta(-1)
+	case f.HasThread():
 		from = `lg_checkpoints c INDEXED BY lg_checkpoints_thread`
 		add(`c.thread_id = ?`, f.ThreadID)
-		existsMeta(meta)
-	case len(meta) > 0:
+		existsMeta(-1)
+	case driver >= 0:
+		k := meta.Keys[driver]
 		from = `lg_meta m0 CROSS JOIN lg_checkpoints c`
 		idCol, rowCol = "m0.checkpoint_id", "m0.ckpt"
-		add(`m0.key = ?`, meta[0].Key)
-		add(`m0.vhash = ?`, meta[0].Hash)
+		add(`m0.key = ?`, k.Key)
+		where = append(where, hashIn(`m0.vhash`, k.Hashes))
 		add(`c.id = m0.ckpt`)
 		if f.Namespace != nil {
 			add(`c.namespace = ?`, *f.Namespace)
 		}
-		existsMeta(meta[1:])
+		existsMeta(driver)
 	case f.Namespace != nil:
 		from = `lg_checkpoints c INDEXED BY lg_checkpoints_ns`
 		add(`c.namespace = ?`, *f.Namespace)
+		existsMeta(-1)
 	default:
 		from = `lg_checkpoints c INDEXED BY lg_checkpoints_id`
+		existsMeta(-1)
 	}
 	if f.CheckpointID != "" {
 		add(idCol+` = ?`, f.CheckpointID)
@@ -545,14 +798,18 @@ func lgListQuery(f store.LGListFilter, cur *store.LGCursor, limit int) (string, 
 		add(idCol+` <= ?`, cur.ID)
 		add(`(`+idCol+` < ? OR `+rowCol+` < ?)`, cur.ID, cur.Key)
 	}
-	q := `SELECT ` + lgCols + ` FROM ` + from
+	q := `SELECT ` + cols + ` FROM ` + from
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	q += ` ORDER BY ` + idCol + ` DESC, ` + rowCol + ` DESC LIMIT ?`
 	args = append(args, limit)
-	return q, args, nil
+	return q, args
 }
+
+// lgScanBatch is how many candidate rows a filtered lg/list reads per query when the metadata
+// index alone does not decide (LGMetaQuery.Exact false).
+const lgScanBatch = 256
 
 // LGList returns one page of LangGraph checkpoints, id descending, with blobs and writes.
 func (s *Store) LGList(ctx context.Context, f store.LGListFilter) (store.LGListResult, error) {
@@ -566,47 +823,30 @@ func (s *Store) LGList(ctx context.Context, f store.LGListFilter) (store.LGListR
 			return store.LGListResult{}, err
 		}
 	}
+	meta, err := store.NewLGMetaQuery(f.Metadata, f.MetadataMatch)
+	if err != nil {
+		return store.LGListResult{}, err
+	}
 	page := lgPageTuples
 	if f.Limit > 0 && f.Limit < page {
 		page = f.Limit
 	}
-	q, args, err := lgListQuery(f, cur, page+1)
-	if err != nil {
-		return store.LGListResult{}, err
-	}
 	var res store.LGListResult
 	err = s.lgRead(ctx, "lg list", func(r *lgReader) error {
 		res = store.LGListResult{}
-		rows, err := r.s.query(ctx, r.tx, q, args...)
+		var items []lgItem
+		var more bool
+		var err error
+		if meta == nil || meta.Exact {
+			items, more, err = r.listExact(f, meta, cur, page)
+		} else {
+			items, more, err = r.listMatched(f, meta, cur, page)
+		}
 		if err != nil {
 			return err
 		}
-		type item struct {
-			t     store.LGTuple
-			rowid int64
-		}
-		var items []item
-		more := false
-		for rows.Next() {
-			if len(items) == page {
-				more = true
-				break
-			}
-			t, rowid, err := r.scanTuple(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			items = append(items, item{t, rowid})
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
 		for i := range items {
-			if err := r.fill(&items[i].t); err != nil {
+			if err := r.fill(&items[i]); err != nil {
 				return err
 			}
 			res.Tuples = append(res.Tuples, items[i].t)
@@ -628,38 +868,151 @@ func (s *Store) LGList(ctx context.Context, f store.LGListFilter) (store.LGListR
 	return res, err
 }
 
+// listExact reads up to page tuples (and whether more follow) with one query.
+func (r *lgReader) listExact(f store.LGListFilter, meta *store.LGMetaQuery, cur *store.LGCursor, page int) ([]lgItem, bool, error) {
+	q, args := lgListQuery(lgCols, f, meta, cur, page+1)
+	rows, err := r.s.query(r.ctx, r.tx, q, args...)
+	if err != nil {
+		return nil, false, err
+	}
+	var items []lgItem
+	more := false
+	for rows.Next() {
+		if len(items) == page {
+			more = true
+			break
+		}
+		it, err := r.scanTuple(rows)
+		if err != nil {
+			rows.Close()
+			return nil, false, err
+		}
+		items = append(items, it)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, false, err
+	}
+	return items, more, rows.Err()
+}
+
+// listMatched reads up to page tuples whose metadata meta.Match accepts: candidates by the index
+// (their id and metadata only), lgScanBatch at a time, then the matching rows.
+func (r *lgReader) listMatched(f store.LGListFilter, meta *store.LGMetaQuery, cur *store.LGCursor, page int) ([]lgItem, bool, error) {
+	idCol, rowCol := "c.checkpoint_id", "c.id"
+	if !f.HasThread() && meta.Driver() >= 0 {
+		idCol, rowCol = "m0.checkpoint_id", "m0.ckpt"
+	}
+	var ids []int64
+	more := false
+	for len(ids) <= page {
+		q, args := lgListQuery(rowCol+`, `+idCol+`, c.metadata`, f, meta, cur, lgScanBatch)
+		rows, err := r.s.query(r.ctx, r.tx, q, args...)
+		if err != nil {
+			return nil, false, err
+		}
+		n := 0
+		for rows.Next() {
+			var rowid int64
+			var id string
+			var md []byte
+			if err := rows.Scan(&rowid, &id, &md); err != nil {
+				rows.Close()
+				return nil, false, err
+			}
+			n++
+			cur = &store.LGCursor{ID: id, Key: rowid}
+			if meta.Match(md) {
+				ids = append(ids, rowid)
+				if len(ids) > page {
+					break
+				}
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return nil, false, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, false, err
+		}
+		if n < lgScanBatch {
+			break
+		}
+	}
+	if len(ids) > page {
+		ids, more = ids[:page], true
+	}
+	items := make([]lgItem, 0, len(ids))
+	for _, id := range ids {
+		rows, err := r.s.query(r.ctx, r.tx, `SELECT `+lgCols+` FROM lg_checkpoints c WHERE c.id = ?`, id)
+		if err != nil {
+			return nil, false, err
+		}
+		if rows.Next() {
+			it, err := r.scanTuple(rows)
+			if err != nil {
+				rows.Close()
+				return nil, false, err
+			}
+			items = append(items, it)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, false, err
+		}
+	}
+	return items, more, nil
+}
+
+// lgNodeQuerier runs the single-row queries of lgNodeByID (a read or the writer's transaction).
+type lgNodeQuerier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
 // lgNodeByID reads checkpointID ("": the latest) of (thread, ns); nil when there is none.
-func lgNodeByID(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, thread, ns, checkpointID string) (*store.LGNode, error) {
+func lgNodeByID(ctx context.Context, q any, thread, ns, checkpointID string) (*store.LGNode, error) {
 	var rowid int64
 	var id string
 	var parent sql.NullString
 	var versions string
+	var refs []byte
+	var created int64
 	var row *sql.Row
+	query := func(sql string, args ...any) *sql.Row {
+		switch x := q.(type) {
+		case *wtx:
+			return x.queryRow(ctx, sql, args...)
+		case lgNodeQuerier:
+			return x.QueryRowContext(ctx, sql, args...)
+		}
+		panic("lgNodeByID: unknown querier")
+	}
 	if checkpointID == "" {
-		row = q.QueryRowContext(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions FROM lg_checkpoints INDEXED BY lg_checkpoints_key
+		row = query(`SELECT id, checkpoint_id, parent_id, channel_versions, value_refs, created_at FROM lg_checkpoints INDEXED BY lg_checkpoints_key
 			WHERE thread_id = ? AND namespace = ? ORDER BY checkpoint_id DESC LIMIT 1`, thread, ns)
 	} else {
-		row = q.QueryRowContext(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions FROM lg_checkpoints
+		row = query(`SELECT id, checkpoint_id, parent_id, channel_versions, value_refs, created_at FROM lg_checkpoints
 			WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?`, thread, ns, checkpointID)
 	}
-	err := row.Scan(&rowid, &id, &parent, &versions)
+	err := row.Scan(&rowid, &id, &parent, &versions, &refs, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return store.NewLGNode(rowid, id, parent.String, []byte(versions))
+	n, err := store.NewLGNode(rowid, id, parent.String, []byte(versions), refs)
+	if err != nil {
+		return nil, err
+	}
+	n.Created = time.UnixMicro(created).UTC()
+	return n, nil
 }
 
 // LGChannelHistory walks the parent chain of a checkpoint (checkpointID, or the latest) collecting,
 // per channel, the ancestors' writes up to and including the nearest ancestor with a stored value
 // (the seed). See docs/protocol.md, lg/channelHistory.
 func (s *Store) LGChannelHistory(ctx context.Context, thread, ns, checkpointID string, channels []string) (store.LGHistoryResult, error) {
-	if thread == "" {
-		return store.LGHistoryResult{}, invalid("threadId", "required")
+	if err := store.CheckLGThread("threadId", thread); err != nil {
+		return store.LGHistoryResult{}, err
 	}
 	var res store.LGHistoryResult
 	err := s.lgRead(ctx, "lg channel history", func(r *lgReader) error {
@@ -682,376 +1035,6 @@ func (a lgAncestry) Node(id string) (*store.LGNode, error) {
 
 func (a lgAncestry) Writes(id string) ([]store.LGWrite, error) { return a.r.writes(a.thread, a.ns, id) }
 
-func (a lgAncestry) Value(id, channel, version string) (*store.LGBlob, error) {
-	return a.r.blob(a.thread, a.ns, id, channel, version)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Deletion, copy, prune
-
-// lgDelete removes checkpoints (by rowid) with their metadata rows and pending writes.
-func lgDeleteRows(ctx context.Context, w *wtx, thread, ns string, nodes []*store.LGNode) error {
-	for _, n := range nodes {
-		if _, err := w.exec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, n.Key); err != nil {
-			return err
-		}
-		if _, err := w.exec(ctx, `DELETE FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?`, thread, ns, n.ID); err != nil {
-			return err
-		}
-		if _, err := w.exec(ctx, `DELETE FROM lg_checkpoints WHERE id = ?`, n.Key); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// lgNodes reads every checkpoint of (thread, ns).
-func lgNodes(ctx context.Context, w *wtx, thread, ns string) ([]*store.LGNode, error) {
-	rows, err := w.query(ctx, `SELECT id, checkpoint_id, parent_id, channel_versions FROM lg_checkpoints
-		WHERE thread_id = ? AND namespace = ? ORDER BY checkpoint_id DESC, id DESC`, thread, ns)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*store.LGNode
-	for rows.Next() {
-		var rowid int64
-		var id string
-		var parent sql.NullString
-		var versions string
-		if err := rows.Scan(&rowid, &id, &parent, &versions); err != nil {
-			return nil, err
-		}
-		n, err := store.NewLGNode(rowid, id, parent.String, []byte(versions))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
-}
-
-// lgGCBlobs deletes the blobs of (thread, ns) that none of keep refers to.
-func lgGCBlobs(ctx context.Context, w *wtx, thread, ns string, keep []*store.LGNode) error {
-	if len(keep) == 0 {
-		_, err := w.exec(ctx, `DELETE FROM lg_blobs WHERE thread_id = ? AND namespace = ?`, thread, ns)
-		return err
-	}
-	ref := map[[2]string]bool{}
-	for _, n := range keep {
-		for _, v := range n.Versions {
-			ref[[2]string{v.Channel, v.Version}] = true
-		}
-	}
-	rows, err := w.query(ctx, `SELECT id, channel, version FROM lg_blobs WHERE thread_id = ? AND namespace = ?`, thread, ns)
-	if err != nil {
-		return err
-	}
-	var drop []int64
-	for rows.Next() {
-		var id int64
-		var ch, v string
-		if err := rows.Scan(&id, &ch, &v); err != nil {
-			rows.Close()
-			return err
-		}
-		if !ref[[2]string{ch, v}] {
-			drop = append(drop, id)
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, id := range drop {
-		if _, err := w.exec(ctx, `DELETE FROM lg_blobs WHERE id = ?`, id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func lgNamespaces(ctx context.Context, w *wtx, thread string) ([]string, error) {
-	rows, err := w.query(ctx, `SELECT DISTINCT namespace FROM lg_checkpoints INDEXED BY lg_checkpoints_key WHERE thread_id = ?
-		UNION SELECT DISTINCT namespace FROM lg_blobs WHERE thread_id = ?
-		UNION SELECT DISTINCT namespace FROM lg_writes WHERE thread_id = ?`, thread, thread, thread)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var ns string
-		if err := rows.Scan(&ns); err != nil {
-			return nil, err
-		}
-		out = append(out, ns)
-	}
-	return out, rows.Err()
-}
-
-func (s *Store) lgDeleteThread(ctx context.Context, w *wtx, thread string) (int, error) {
-	var n int
-	if err := w.queryRow(ctx, `SELECT count(*) FROM lg_checkpoints INDEXED BY lg_checkpoints_key WHERE thread_id = ?`, thread).Scan(&n); err != nil {
-		return 0, err
-	}
-	for _, q := range []string{
-		`DELETE FROM lg_meta WHERE ckpt IN (SELECT id FROM lg_checkpoints INDEXED BY lg_checkpoints_key WHERE thread_id = ?)`,
-		`DELETE FROM lg_checkpoints WHERE thread_id = ?`,
-		`DELETE FROM lg_writes WHERE thread_id = ?`,
-		`DELETE FROM lg_blobs WHERE thread_id = ?`,
-	} {
-		res, err := w.exec(ctx, q, thread)
-		if err != nil {
-			return 0, err
-		}
-		if k, _ := res.RowsAffected(); k > 0 {
-			w.vacuumAfter()
-		}
-	}
-	return n, nil
-}
-
-func (s *Store) lgWait(ctx context.Context, op string, fn func(ctx context.Context, w *wtx) error) error {
-	if err := s.do(ctx, fn); err != nil {
-		var ie *store.InvalidError
-		var ce *store.CorruptError
-		if errors.As(err, &ie) || errors.As(err, &ce) {
-			return err
-		}
-		return wrapDB(op, err)
-	}
-	return nil
-}
-
-// LGDeleteThread deletes every LangGraph checkpoint, write and blob of thread; it returns the
-// number of checkpoints deleted.
-func (s *Store) LGDeleteThread(ctx context.Context, thread string) (int, error) {
-	if thread == "" {
-		return 0, invalid("threadId", "required")
-	}
-	n := 0
-	err := s.lgWait(ctx, "delete thread "+thread, func(ctx context.Context, w *wtx) error {
-		var err error
-		n, err = s.lgDeleteThread(ctx, w, thread)
-		return err
-	})
-	return n, err
-}
-
-// LGCopyThread copies every checkpoint, write and blob of src to dst (same ids); dst rows with
-// the same keys are overwritten. It returns the number of checkpoints copied.
-func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) {
-	if err := store.CheckLGCopy(src, dst); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := s.lgWait(ctx, "copy thread "+src, func(ctx context.Context, w *wtx) error {
-		// metadata rows of target checkpoints about to be overwritten
-		if _, err := w.exec(ctx, `DELETE FROM lg_meta WHERE ckpt IN (SELECT t.id FROM lg_checkpoints s
-			JOIN lg_checkpoints t ON t.thread_id = ?2 AND t.namespace = s.namespace AND t.checkpoint_id = s.checkpoint_id
-			WHERE s.thread_id = ?1)`, src, dst); err != nil {
-			return err
-		}
-		res, err := w.exec(ctx, `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
-			channel_versions, metadata, type, encoding, size, sha256, data)
-			SELECT ?2, namespace, checkpoint_id, parent_id, created_at, channel_versions, metadata, type, encoding, size, sha256, data
-			FROM lg_checkpoints WHERE thread_id = ?1 ORDER BY id
-			ON CONFLICT(thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
-			created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
-			type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256, data = excluded.data`,
-			src, dst)
-		if err != nil {
-			return err
-		}
-		k, _ := res.RowsAffected()
-		n = int(k)
-		for _, q := range []string{
-			`INSERT INTO lg_meta(key, vhash, checkpoint_id, ckpt) SELECT m.key, m.vhash, m.checkpoint_id, t.id
-				FROM lg_checkpoints s JOIN lg_meta m ON m.ckpt = s.id
-				JOIN lg_checkpoints t ON t.thread_id = ?2 AND t.namespace = s.namespace AND t.checkpoint_id = s.checkpoint_id
-				WHERE s.thread_id = ?1 ON CONFLICT DO NOTHING`,
-			`INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data)
-				SELECT ?2, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data
-				FROM lg_writes WHERE thread_id = ?1 ORDER BY id
-				ON CONFLICT(thread_id, namespace, checkpoint_id, task_id, idx) DO UPDATE SET task_path = excluded.task_path,
-				channel = excluded.channel, type = excluded.type, encoding = excluded.encoding, size = excluded.size,
-				sha256 = excluded.sha256, data = excluded.data`,
-			`INSERT INTO lg_blobs(thread_id, namespace, channel, version, type, encoding, size, sha256, data)
-				SELECT ?2, namespace, channel, version, type, encoding, size, sha256, data FROM lg_blobs WHERE thread_id = ?1 ORDER BY id
-				ON CONFLICT(thread_id, namespace, channel, version) DO UPDATE SET type = excluded.type, encoding = excluded.encoding,
-				size = excluded.size, sha256 = excluded.sha256, data = excluded.data`,
-		} {
-			if _, err := w.exec(ctx, q, src, dst); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return n, err
-}
-
-// LGPrune prunes threads: strategy "delete" removes them; "keep_latest" keeps, per namespace,
-// the latest checkpoint plus the ancestors a delta-channel replay of it needs. It returns the
-// number of checkpoints deleted.
-func (s *Store) LGPrune(ctx context.Context, threads []string, strategy string) (int, error) {
-	if err := store.CheckLGPrune(strategy); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := s.lgWait(ctx, "prune threads", func(ctx context.Context, w *wtx) error {
-		n = 0
-		for _, thread := range threads {
-			if strategy == "delete" {
-				k, err := s.lgDeleteThread(ctx, w, thread)
-				if err != nil {
-					return err
-				}
-				n += k
-				continue
-			}
-			nss, err := lgNamespaces(ctx, w, thread)
-			if err != nil {
-				return err
-			}
-			for _, ns := range nss {
-				k, err := s.lgKeepLatest(ctx, w, thread, ns)
-				if err != nil {
-					return err
-				}
-				n += k
-			}
-		}
-		if n > 0 {
-			w.vacuumAfter()
-		}
-		return nil
-	})
-	return n, err
-}
-
-// lgWrittenChannels lists the channels a checkpoint's regular (idx >= 0) pending writes write to.
-func lgWrittenChannels(ctx context.Context, w *wtx, thread, ns, checkpointID string) ([]string, error) {
-	rows, err := w.query(ctx, `SELECT DISTINCT channel FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ? AND idx >= 0`,
-		thread, ns, checkpointID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var ch string
-		if err := rows.Scan(&ch); err != nil {
-			return nil, err
-		}
-		out = append(out, ch)
-	}
-	return out, rows.Err()
-}
-
-func (s *Store) lgKeepLatest(ctx context.Context, w *wtx, thread, ns string) (int, error) {
-	nodes, err := lgNodes(ctx, w, thread, ns)
-	if err != nil {
-		return 0, err
-	}
-	if len(nodes) == 0 {
-		return 0, lgGCBlobs(ctx, w, thread, ns, nil)
-	}
-	keep, err := store.SelectKeepLatest(nodes, lgPruneView{ctx, w, thread, ns})
-	if err != nil {
-		return 0, err
-	}
-	kept, drop := store.SplitKept(nodes, keep)
-	if err := lgDeleteRows(ctx, w, thread, ns, drop); err != nil {
-		return 0, err
-	}
-	// writes whose checkpoint does not exist (put_writes does not require it)
-	if _, err := w.exec(ctx, `DELETE FROM lg_writes WHERE thread_id = ? AND namespace = ? AND NOT EXISTS
-		(SELECT 1 FROM lg_checkpoints c WHERE c.thread_id = lg_writes.thread_id AND c.namespace = lg_writes.namespace
-		AND c.checkpoint_id = lg_writes.checkpoint_id)`, thread, ns); err != nil {
-		return 0, err
-	}
-	return len(drop), lgGCBlobs(ctx, w, thread, ns, kept)
-}
-
-// lgPruneView is one (thread, namespace) inside the writer's transaction, for store.SelectKeepLatest.
-type lgPruneView struct {
-	ctx        context.Context
-	w          *wtx
-	thread, ns string
-}
-
-func (v lgPruneView) HasValue(ch, ver string) (bool, error) {
-	var typ string
-	err := v.w.queryRow(v.ctx, `SELECT type FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`,
-		v.thread, v.ns, ch, ver).Scan(&typ)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil && typ != store.LGEmptyType, err
-}
-
-func (v lgPruneView) Written(id string) ([]string, error) {
-	return lgWrittenChannels(v.ctx, v.w, v.thread, v.ns, id)
-}
-
-// LGDeleteForRuns deletes every LangGraph checkpoint whose metadata.run_id is one of runIDs, with
-// its writes and the blobs nothing left refers to. It returns the number deleted.
-func (s *Store) LGDeleteForRuns(ctx context.Context, runIDs []string) (int, error) {
-	hashes, err := store.LGRunHashes(runIDs)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	err = s.lgWait(ctx, "delete for runs", func(ctx context.Context, w *wtx) error {
-		n = 0
-		type pair struct{ thread, ns string }
-		affected := map[pair][]*store.LGNode{}
-		var order []pair
-		for _, h := range hashes {
-			rows, err := w.query(ctx, `SELECT c.id, c.thread_id, c.namespace, c.checkpoint_id FROM lg_meta m
-				CROSS JOIN lg_checkpoints c WHERE m.key = 'run_id' AND m.vhash = ? AND c.id = m.ckpt`, h)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var nd store.LGNode
-				var p pair
-				if err := rows.Scan(&nd.Key, &p.thread, &p.ns, &nd.ID); err != nil {
-					rows.Close()
-					return err
-				}
-				if _, ok := affected[p]; !ok {
-					order = append(order, p)
-				}
-				affected[p] = append(affected[p], &nd)
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-		}
-		for _, p := range order {
-			if err := lgDeleteRows(ctx, w, p.thread, p.ns, affected[p]); err != nil {
-				return err
-			}
-			n += len(affected[p])
-			rest, err := lgNodes(ctx, w, p.thread, p.ns)
-			if err != nil {
-				return err
-			}
-			if err := lgGCBlobs(ctx, w, p.thread, p.ns, rest); err != nil {
-				return err
-			}
-		}
-		if n > 0 {
-			w.vacuumAfter()
-		}
-		return nil
-	})
-	return n, err
+func (a lgAncestry) Value(id, channel, version string, variant int) (*store.LGBlob, error) {
+	return a.r.blob(a.thread, a.ns, id, channel, version, variant)
 }

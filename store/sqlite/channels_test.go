@@ -125,8 +125,9 @@ func TestLGCompressedRoundTrip(t *testing.T) {
 // lgPlan returns the EXPLAIN QUERY PLAN text of one lg/list page query.
 func lgPlan(t *testing.T, s *Store, f store.LGListFilter, cur *store.LGCursor) string {
 	t.Helper()
-	q, args, err := lgListQuery(f, cur, 11)
+	meta, err := store.NewLGMetaQuery(f.Metadata, f.MetadataMatch)
 	require.NoError(t, err)
+	q, args := lgListQuery(lgCols, f, meta, cur, 11)
 	rows, err := s.rdb.Query("EXPLAIN QUERY PLAN "+q, args...)
 	require.NoError(t, err)
 	defer rows.Close()

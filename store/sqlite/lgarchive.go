@@ -44,17 +44,21 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 			return ctx.Err()
 		}
 		err := scanRows(ctx, tx, `SELECT namespace, checkpoint_id, parent_id, created_at, channel_versions, metadata,
-				type, encoding, size, sha256, data FROM lg_checkpoints WHERE thread_id = ? ORDER BY namespace, checkpoint_id`,
+				type, encoding, size, sha256, data, value_refs FROM lg_checkpoints WHERE thread_id = ? ORDER BY namespace, checkpoint_id`,
 			func(rows *sql.Rows) error {
 				r := store.LGRecord{Kind: store.LGKindCheckpoint}
 				var parent sql.NullString
 				var created, size int64
 				var versions string
 				var enc int
-				var sha, data, meta []byte
+				var sha, data, meta, refs []byte
 				if err := rows.Scan(&r.Namespace, &r.CheckpointID, &parent, &created, &versions, &meta, &r.Type,
-					&enc, &size, &sha, &data); err != nil {
+					&enc, &size, &sha, &data, &refs); err != nil {
 					return err
+				}
+				var err error
+				if r.ValueRefs, err = store.ParseValueRefs(refs); err != nil {
+					return &store.CorruptError{CheckpointID: r.CheckpointID, Reason: "stored value refs do not parse: " + err.Error()}
 				}
 				r.ParentID, r.CreatedAt, r.ChannelVersions = parent.String, time.UnixMicro(created).UTC(), json.RawMessage(versions)
 				if meta != nil {
@@ -65,16 +69,16 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 		if err != nil {
 			return err
 		}
-		err = scanRows(ctx, tx, `SELECT namespace, channel, version, type, encoding, size, sha256, data FROM lg_blobs
-				WHERE thread_id = ? ORDER BY namespace, channel, version`, func(rows *sql.Rows) error {
+		err = scanRows(ctx, tx, `SELECT namespace, channel, version, variant, type, encoding, size, sha256, data FROM lg_blobs
+				WHERE thread_id = ? ORDER BY namespace, channel, version, variant`, func(rows *sql.Rows) error {
 			r := store.LGRecord{Kind: store.LGKindValue}
 			var enc int
 			var size int64
 			var sha, data []byte
-			if err := rows.Scan(&r.Namespace, &r.Channel, &r.Version, &r.Type, &enc, &size, &sha, &data); err != nil {
+			if err := rows.Scan(&r.Namespace, &r.Channel, &r.Version, &r.Variant, &r.Type, &enc, &size, &sha, &data); err != nil {
 				return err
 			}
-			return emit(r, fmt.Sprintf("blob %s@%s", r.Channel, r.Version), data, enc, size, sha)
+			return emit(r, store.LGValueWhat(r.Channel, r.Version, r.Variant), data, enc, size, sha)
 		}, thread)
 		if err != nil {
 			return err
@@ -119,6 +123,7 @@ func (s *Store) LGImport(ctx context.Context, thread string, recs iter.Seq2[stor
 			return err
 		}
 		res.CreatedThread = n == 0
+		var newest int64
 		for r, err := range recs {
 			if err != nil {
 				return err
@@ -127,6 +132,14 @@ func (s *Store) LGImport(ctx context.Context, thread string, recs iter.Seq2[stor
 				return err
 			}
 			if err := s.lgImportOne(ctx, w, thread, r, &res); err != nil {
+				return err
+			}
+			if r.Kind == store.LGKindCheckpoint {
+				newest = max(newest, r.CreatedAt.UnixMicro())
+			}
+		}
+		if newest > 0 {
+			if err := lgTouchThread(ctx, w, thread, newest); err != nil {
 				return err
 			}
 		}
@@ -192,20 +205,20 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		p.Micros = r.CreatedAt.UnixMicro()
-		if _, err := s.lgInsertCheckpoint(ctx, w, p); err != nil {
+		if _, err := s.lgInsertCheckpoint(ctx, w, p, store.EncodeValueRefs(r.ValueRefs)); err != nil {
 			return err
 		}
 		res.Imported.Checkpoints++
 	case store.LGKindValue:
-		dup, err := same(what, `SELECT encoding, size, sha256, data FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ?`,
-			thread, r.Namespace, r.Channel, r.Version)
+		dup, err := same(what, `SELECT encoding, size, sha256, data FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ? AND variant = ?`,
+			thread, r.Namespace, r.Channel, r.Version, r.Variant)
 		if err != nil || dup {
 			res.Skipped.Values += b2i(dup)
 			return err
 		}
 		pb := s.pack(r.Data)
-		if _, err := w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, type, encoding, size, sha256, data)
-				VALUES (?,?,?,?,?,?,?,?,?)`, thread, r.Namespace, r.Channel, r.Version, r.Type, pb.Enc, pb.Size, pb.SHA, pb.Data); err != nil {
+		if _, err := w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+				VALUES (?,?,?,?,?,?,?,?,?,?)`, thread, r.Namespace, r.Channel, r.Version, r.Variant, r.Type, pb.Enc, pb.Size, pb.SHA, pb.Data); err != nil {
 			return err
 		}
 		s.walPending.Add(int64(len(pb.Data)))

@@ -46,9 +46,11 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 			{"lg_checkpoints", "checkpoint", "thread_id, namespace, checkpoint_id", &counts.Checkpoints,
 				func(p *store.LGProblem) []any { return []any{&p.ThreadID, &p.Namespace, &p.CheckpointID} },
 				func(*store.LGProblem) string { return "checkpoint" }},
-			{"lg_blobs", "blob", "thread_id, namespace, channel, version", &counts.Blobs,
-				func(p *store.LGProblem) []any { return []any{&p.ThreadID, &p.Namespace, &p.Channel, &p.Version} },
-				func(p *store.LGProblem) string { return fmt.Sprintf("blob %s@%s", p.Channel, p.Version) }},
+			{"lg_blobs", "blob", "thread_id, namespace, channel, version, variant", &counts.Blobs,
+				func(p *store.LGProblem) []any {
+					return []any{&p.ThreadID, &p.Namespace, &p.Channel, &p.Version, &p.Variant}
+				},
+				func(p *store.LGProblem) string { return store.LGValueWhat(p.Channel, p.Version, p.Variant) }},
 			{"lg_writes", "write", "thread_id, namespace, checkpoint_id, task_id, idx, channel", &counts.Writes,
 				func(p *store.LGProblem) []any {
 					return []any{&p.ThreadID, &p.Namespace, &p.CheckpointID, &p.TaskID, &p.Idx, &p.Channel}

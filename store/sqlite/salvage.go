@@ -63,8 +63,9 @@ type SurveyThread struct {
 type SurveyRow struct {
 	RowID int64
 	Name  string // checkpoint id, "channel@version", "checkpointId/taskId/idx"
-	// Namespace, Channel and Version key a value (Channel@Version in Namespace).
+	// Namespace, Channel, Version and Variant key a value (Channel@Version in Namespace).
 	Namespace, Channel, Version string
+	Variant                     int
 }
 
 const salvageBatch = 256
@@ -354,14 +355,17 @@ func (s *Store) surveyLG(ctx context.Context, sv *Survey) error {
 			func(rows *sql.Rows, thread *string, r *SurveyRow) error {
 				return rows.Scan(&r.RowID, thread, &r.Namespace, &r.Name)
 			}},
-		{"lg_blobs", "thread_id, namespace, channel, version", `SELECT rowid, thread_id, namespace, channel, version
-			FROM lg_blobs INDEXED BY lg_blobs_key ORDER BY thread_id, namespace, channel, version`,
+		{"lg_blobs", "thread_id, namespace, channel, version, " + s.lgVariantCol(ctx), `SELECT rowid, thread_id, namespace, channel, version, ` +
+			s.lgVariantCol(ctx) + ` FROM lg_blobs INDEXED BY lg_blobs_key ORDER BY thread_id, namespace, channel, version`,
 			func(t *SurveyThread, r SurveyRow) { t.Values = append(t.Values, r) },
 			func(rows *sql.Rows, thread *string, r *SurveyRow) error {
-				if err := rows.Scan(&r.RowID, thread, &r.Namespace, &r.Channel, &r.Version); err != nil {
+				if err := rows.Scan(&r.RowID, thread, &r.Namespace, &r.Channel, &r.Version, &r.Variant); err != nil {
 					return err
 				}
 				r.Name = r.Channel + "@" + r.Version
+				if r.Variant != 0 {
+					r.Name += fmt.Sprintf("#%d", r.Variant)
+				}
 				return nil
 			}},
 		{"lg_writes", "thread_id, namespace, checkpoint_id || '/' || task_id || '/' || idx", `SELECT rowid, thread_id, namespace,
@@ -457,11 +461,15 @@ func (s *Store) SalvageLGRow(ctx context.Context, kind string, rowid int64) (sto
 			var parent sql.NullString
 			var created int64
 			var versions string
-			var meta []byte
+			var meta, refs []byte
 			if err := tx.QueryRowContext(ctx, `SELECT namespace, checkpoint_id, parent_id, created_at, channel_versions, metadata,
-					type, encoding, size, sha256, data FROM lg_checkpoints WHERE id = ?`, rowid).Scan(&r.Namespace, &r.CheckpointID,
-				&parent, &created, &versions, &meta, &r.Type, &enc, &size, &sha, &data); err != nil {
+					type, encoding, size, sha256, data, `+s.lgRefsCol(ctx)+` FROM lg_checkpoints WHERE id = ?`, rowid).Scan(&r.Namespace, &r.CheckpointID,
+				&parent, &created, &versions, &meta, &r.Type, &enc, &size, &sha, &data, &refs); err != nil {
 				return err
+			}
+			var err error
+			if r.ValueRefs, err = store.ParseValueRefs(refs); err != nil {
+				return &store.CorruptError{CheckpointID: r.CheckpointID, Reason: "stored value refs do not parse: " + err.Error()}
 			}
 			r.ParentID, r.CreatedAt, r.ChannelVersions = parent.String, time.UnixMicro(created).UTC(), json.RawMessage(versions)
 			if meta != nil {
@@ -469,11 +477,11 @@ func (s *Store) SalvageLGRow(ctx context.Context, kind string, rowid int64) (sto
 			}
 			what = "checkpoint"
 		case store.LGKindValue:
-			if err := tx.QueryRowContext(ctx, `SELECT namespace, channel, version, type, encoding, size, sha256, data
-					FROM lg_blobs WHERE id = ?`, rowid).Scan(&r.Namespace, &r.Channel, &r.Version, &r.Type, &enc, &size, &sha, &data); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT namespace, channel, version, `+s.lgVariantCol(ctx)+`, type, encoding, size, sha256, data
+					FROM lg_blobs WHERE id = ?`, rowid).Scan(&r.Namespace, &r.Channel, &r.Version, &r.Variant, &r.Type, &enc, &size, &sha, &data); err != nil {
 				return err
 			}
-			what = fmt.Sprintf("blob %s@%s", r.Channel, r.Version)
+			what = store.LGValueWhat(r.Channel, r.Version, r.Variant)
 		case store.LGKindWrite:
 			if err := tx.QueryRowContext(ctx, `SELECT namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding,
 					size, sha256, data FROM lg_writes WHERE id = ?`, rowid).Scan(&r.Namespace, &r.CheckpointID, &r.TaskID, &r.Idx,
@@ -625,4 +633,31 @@ func (s *Store) RestoreSaga(ctx context.Context, workflowID string, l SagaLog) e
 		return nil
 	})
 	return wrapDB("restore the saga records of "+workflowID, err)
+}
+
+// lgV8 reports whether the database has the LangGraph columns of schema version 8 (value
+// variants and refs): a damaged database from an older ckptd, opened read-only, does not.
+func (s *Store) lgV8(ctx context.Context) bool {
+	s.lgV8Once.Do(func() {
+		var n int
+		err := s.readAuto(ctx, func(tx *rtx) error {
+			return tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('lg_blobs') WHERE name = 'variant'`).Scan(&n)
+		})
+		s.lgV8Has = err != nil || n > 0
+	})
+	return s.lgV8Has
+}
+
+func (s *Store) lgVariantCol(ctx context.Context) string {
+	if s.lgV8(ctx) {
+		return "variant"
+	}
+	return "0"
+}
+
+func (s *Store) lgRefsCol(ctx context.Context) string {
+	if s.lgV8(ctx) {
+		return "value_refs"
+	}
+	return "NULL"
 }

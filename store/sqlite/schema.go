@@ -248,6 +248,49 @@ CREATE TABLE claims (
 ) WITHOUT ROWID;
 CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id) WHERE completed_at IS NULL;
 `,
+	// 8: LangGraph fidelity and retention (store/sqlite/channels.go, store/lgrefs.go,
+	// store/lgretention.go). Values: a (channel, version) may hold several values (variants),
+	// the first is 0; a checkpoint's value_refs names the variant of each channel whose value
+	// is not variant 0 (NULL: none), so that replayed branches never read each other's values;
+	// lg_blobs_variants finds the (thread, namespace) pairs that have other variants. Staged
+	// values: stored ahead by lg/putValue, moved into lg_blobs or lg_writes by the put naming
+	// them, collected after a while otherwise. Threads: one row per thread with checkpoints,
+	// its last put and its own retention (its expiry repeated for the sweep); lg_config holds the
+	// database's retention for threads without their own.
+	`
+ALTER TABLE lg_blobs ADD COLUMN variant INTEGER NOT NULL DEFAULT 0;
+DROP INDEX lg_blobs_key;
+CREATE UNIQUE INDEX lg_blobs_key ON lg_blobs(thread_id, namespace, channel, version, variant);
+CREATE INDEX lg_blobs_variants ON lg_blobs(thread_id, namespace) WHERE variant > 0;
+ALTER TABLE lg_checkpoints ADD COLUMN value_refs TEXT;  -- JSON {channel: variant}; NULL: all variant 0
+
+CREATE TABLE lg_staged (
+	id         INTEGER PRIMARY KEY,
+	thread_id  TEXT NOT NULL,
+	created_at INTEGER NOT NULL,  -- unix micros
+	type       TEXT NOT NULL,
+	encoding   INTEGER NOT NULL,
+	size       INTEGER NOT NULL,
+	sha256     BLOB NOT NULL,
+	data       BLOB NOT NULL
+);
+CREATE INDEX lg_staged_created ON lg_staged(created_at);
+
+CREATE TABLE lg_threads (
+	thread_id  TEXT PRIMARY KEY,
+	updated_at INTEGER NOT NULL,  -- unix micros of its last put
+	retention  TEXT,              -- JSON Retention of its own; NULL: the database's or the daemon's
+	expires_at INTEGER            -- with its own retention's idleTtlSeconds: updated_at + that
+) WITHOUT ROWID;
+CREATE INDEX lg_threads_updated ON lg_threads(updated_at);
+CREATE INDEX lg_threads_expires ON lg_threads(expires_at) WHERE expires_at IS NOT NULL;
+INSERT INTO lg_threads(thread_id, updated_at) SELECT thread_id, max(created_at) FROM lg_checkpoints GROUP BY thread_id;
+
+CREATE TABLE lg_config (
+	name  TEXT PRIMARY KEY,  -- 'retention'
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

@@ -102,6 +102,13 @@ type Store struct {
 	cancelCheck context.CancelFunc
 	// gate orders the write transactions of the processes sharing the database (gate_linux.go).
 	gate *writeGate
+	// staged holds the ids of the LangGraph values this store staged and no put took yet
+	// (dropped at Close); retaining the (thread, namespace) keys a retention runs on in the
+	// background (lgmaint.go).
+	staged, retaining sync.Map
+	// lgV8Has: the database has schema version 8's LangGraph columns (salvage.go).
+	lgV8Once sync.Once
+	lgV8Has  bool
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -570,6 +577,11 @@ func (s *Store) Close() error {
 			if err := s.Compact(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				s.log.Warn("ckptd store: compressing pending states at close failed", "err", err)
 			}
+			cancel()
+		}
+		if s.ws != nil && s.Condition().Writable() {
+			ctx, cancel := context.WithTimeout(context.Background(), closeCompactBudget)
+			s.lgDropOwnStaged(ctx)
 			cancel()
 		}
 		s.mu.Lock()

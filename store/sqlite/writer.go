@@ -411,6 +411,16 @@ func (s *Store) maybeVacuum() {
 	})
 }
 
+// bgContext is a context that ends when the store stops its background work.
+func (s *Store) bgContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-s.stopBG
+		cancel()
+	}()
+	return ctx
+}
+
 func (s *Store) idleLoop() {
 	defer s.bgWG.Done()
 	t := time.NewTicker(s.opts.idleInterval)
@@ -426,6 +436,9 @@ func (s *Store) idleLoop() {
 		}
 		if _, err := s.ExpireIdle(context.Background()); err != nil && !errors.Is(err, store.ErrClosed) {
 			s.log.Warn("ckptd store: idle expiry failed", "err", err)
+		}
+		if _, err := s.LGExpireIdle(s.bgContext()); err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
+			s.log.Warn("ckptd store: idle expiry of LangGraph threads failed", "err", err)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func init() {
 	add(
 		testCase{"LGPutGet", testLGPutGet},
 		testCase{"LGPutValidation", testLGPutValidation},
-		testCase{"LGBlobsImmutableAndReplace", testLGBlobsImmutableAndReplace},
+		testCase{"LGReplace", testLGReplace},
 		testCase{"LGWrites", testLGWrites},
 		testCase{"LGList", testLGList},
 		testCase{"LGChannelHistory", testLGChannelHistory},
@@ -146,9 +146,9 @@ func testLGPutValidation(t *testing.T, h *harness) {
 		mut   func(r *store.LGPutRequest)
 		field string
 	}{
-		{"no thread", func(r *store.LGPutRequest) { r.ThreadID = "" }, "threadId"},
 		{"no id", func(r *store.LGPutRequest) { r.CheckpointID = "" }, "checkpointId"},
-		{"long thread", func(r *store.LGPutRequest) { r.ThreadID = strings.Repeat("x", 513) }, "threadId"},
+		{"long thread", func(r *store.LGPutRequest) { r.ThreadID = strings.Repeat("x", store.MaxLGThreadIDBytes+1) }, "threadId"},
+		{"negative retention", func(r *store.LGPutRequest) { r.Retention = &store.Retention{KeepLast: -1} }, "retention.keepLast"},
 		{"no type", func(r *store.LGPutRequest) { r.Type = "" }, "checkpoint.type"},
 		{"no versions", func(r *store.LGPutRequest) { r.ChannelVersions = nil }, "channelVersions"},
 		{"versions not object", func(r *store.LGPutRequest) { r.ChannelVersions = json.RawMessage(`[1]`) }, "channelVersions"},
@@ -179,16 +179,17 @@ func testLGPutValidation(t *testing.T, h *harness) {
 	require.Equal(t, "ok", got.CheckpointID)
 }
 
-func testLGBlobsImmutableAndReplace(t *testing.T, h *harness) {
+func testLGReplace(t *testing.T, h *harness) {
 	s := h.db(t)
 	ctx := context.Background()
 	PutLG(t, s, "t", "", "c1", "", map[string]any{"a": "v1"}, map[string]string{"a": `"first"`}, `{"step":1}`)
 	PutLGWrites(t, s, "t", "", "c1", "task", "", "ch", `"w"`)
-	// same id again: checkpoint row replaced, blob kept, writes kept
+	// same id again: checkpoint row replaced with the value it sends (as the reference savers,
+	// which store values inline), writes kept
 	PutLG(t, s, "t", "", "c1", "p0", map[string]any{"a": "v1"}, map[string]string{"a": `"second"`}, `{"step":2}`)
 	got, err := s.LGGet(ctx, "t", "", "c1")
 	require.NoError(t, err)
-	require.Equal(t, `"first"`, BlobMap(got)["a"])
+	require.Equal(t, `"second"`, BlobMap(got)["a"])
 	require.Equal(t, "p0", got.ParentID)
 	require.JSONEq(t, `{"step":2}`, string(got.Metadata))
 	require.Len(t, got.Writes, 1)
