@@ -1134,4 +1134,3 @@ func refBytes(p *string) []byte {
 	}
 	return []byte(*p)
 }
-

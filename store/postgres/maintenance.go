@@ -263,7 +263,9 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 				func(p *store.LGProblem) []any { return []any{&p.ThreadID, &p.Namespace, &p.CheckpointID} },
 				func(*store.LGProblem) string { return "checkpoint" }},
 			{"lg_blobs", "blob", "thread_id, namespace, channel, version, variant", &counts.Blobs,
-				func(p *store.LGProblem) []any { return []any{&p.ThreadID, &p.Namespace, &p.Channel, &p.Version, &p.Variant} },
+				func(p *store.LGProblem) []any {
+					return []any{&p.ThreadID, &p.Namespace, &p.Channel, &p.Version, &p.Variant}
+				},
 				func(p *store.LGProblem) string { return store.LGValueWhat(p.Channel, p.Version, p.Variant) }},
 			{"lg_writes", "write", "thread_id, namespace, checkpoint_id, task_id, idx, channel", &counts.Writes,
 				func(p *store.LGProblem) []any {

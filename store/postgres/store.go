@@ -104,7 +104,7 @@ type Store struct {
 	// staged holds the ids of the LangGraph values this store staged and no put took yet (dropped
 	// at Close); retaining the (thread, namespace) keys a retention runs on in the background.
 	staged, retaining sync.Map
-	closeErr  error
+	closeErr          error
 }
 
 var _ store.Backend = (*Store)(nil)
