@@ -16,13 +16,36 @@ const (
 	MethodThreadDelete     = "thread/delete"
 	MethodThreadCopy       = "thread/copy"
 	MethodThreadPrune      = "thread/prune"
+	MethodLGPutValue       = "lg/putValue"
+	MethodLGConfigure      = "lg/configure"
 )
 
-// LGSegmentIn is a typed byte string of a request: a segment of its attachment.
+// Metadata filter rules of lg/list (metadataMatch).
+const (
+	LGMatchJSON   = "json"
+	LGMatchPython = "python"
+	LGMatchJS     = "javascript"
+)
+
+// LGCapabilities tells a LangGraph saver what this server's lg/* methods offer (initialize).
+type LGCapabilities struct {
+	// PutValue: lg/putValue, and valueId in place of a segment in lg/put and lg/putWrites.
+	PutValue bool `json:"putValue"`
+	// Retention: lg/configure and lg/put's retention.
+	Retention bool `json:"retention"`
+	// MetadataMatch lists the rules lg/list's metadataMatch takes.
+	MetadataMatch []string `json:"metadataMatch"`
+	// MaxThreadIDBytes bounds a threadId ("" is one).
+	MaxThreadIDBytes int `json:"maxThreadIdBytes"`
+}
+
+// LGSegmentIn is a typed byte string of a request: a segment of its attachment, or (ValueID)
+// a value stored ahead by lg/putValue.
 type LGSegmentIn struct {
-	Type   string `json:"type"`
-	Offset *int64 `json:"offset"`
-	Length *int64 `json:"length"`
+	Type    string `json:"type"`
+	Offset  *int64 `json:"offset"`
+	Length  *int64 `json:"length"`
+	ValueID *int64 `json:"valueId"`
 }
 
 // LGBlobIn is one channel value of lg/put.
@@ -34,7 +57,7 @@ type LGBlobIn struct {
 
 // LGPutParams are lg/put's params.
 type LGPutParams struct {
-	ThreadID        string          `json:"threadId"`
+	ThreadID        *string         `json:"threadId"`
 	Namespace       string          `json:"namespace"`
 	CheckpointID    string          `json:"checkpointId"`
 	ParentID        string          `json:"parentId"`
@@ -45,6 +68,8 @@ type LGPutParams struct {
 	// FencingToken is the token of the caller's claim on the thread (workflow/claim with the
 	// thread id as workflowId).
 	FencingToken *int64 `json:"fencingToken"`
+	// Retention becomes the thread's own retention and applies after the put (lg/configure).
+	Retention *Retention `json:"retention"`
 }
 
 // LGPutResult answers lg/put.
@@ -64,7 +89,7 @@ type LGWriteIn struct {
 
 // LGPutWritesParams are lg/putWrites' params.
 type LGPutWritesParams struct {
-	ThreadID     string      `json:"threadId"`
+	ThreadID     *string     `json:"threadId"`
 	Namespace    string      `json:"namespace"`
 	CheckpointID string      `json:"checkpointId"`
 	TaskID       string      `json:"taskId"`
@@ -112,9 +137,9 @@ type LGTuple struct {
 
 // LGGetParams are lg/get's params.
 type LGGetParams struct {
-	ThreadID     string `json:"threadId"`
-	Namespace    string `json:"namespace"`
-	CheckpointID string `json:"checkpointId"`
+	ThreadID     *string `json:"threadId"`
+	Namespace    string  `json:"namespace"`
+	CheckpointID string  `json:"checkpointId"`
 }
 
 // LGGetResult answers lg/get.
@@ -124,13 +149,14 @@ type LGGetResult struct {
 
 // LGListParams are lg/list's params.
 type LGListParams struct {
-	ThreadID     string                     `json:"threadId"`
-	Namespace    *string                    `json:"namespace"`
-	CheckpointID string                     `json:"checkpointId"`
-	Before       string                     `json:"before"`
-	Metadata     map[string]json.RawMessage `json:"metadata"`
-	Limit        *int                       `json:"limit"`
-	Cursor       string                     `json:"cursor"`
+	ThreadID      *string                    `json:"threadId"`
+	Namespace     *string                    `json:"namespace"`
+	CheckpointID  string                     `json:"checkpointId"`
+	Before        string                     `json:"before"`
+	Metadata      map[string]json.RawMessage `json:"metadata"`
+	MetadataMatch string                     `json:"metadataMatch"`
+	Limit         *int                       `json:"limit"`
+	Cursor        string                     `json:"cursor"`
 }
 
 // LGListResult answers lg/list.
@@ -141,7 +167,7 @@ type LGListResult struct {
 
 // LGChannelHistoryParams are lg/channelHistory's params.
 type LGChannelHistoryParams struct {
-	ThreadID     string   `json:"threadId"`
+	ThreadID     *string  `json:"threadId"`
 	Namespace    string   `json:"namespace"`
 	CheckpointID string   `json:"checkpointId"`
 	Channels     []string `json:"channels"`
@@ -172,13 +198,13 @@ type LGDeleteForRunsParams struct {
 
 // ThreadDeleteParams are thread/delete's params.
 type ThreadDeleteParams struct {
-	ThreadID string `json:"threadId"`
+	ThreadID *string `json:"threadId"`
 }
 
 // ThreadCopyParams are thread/copy's params.
 type ThreadCopyParams struct {
-	SourceThreadID string `json:"sourceThreadId"`
-	TargetThreadID string `json:"targetThreadId"`
+	SourceThreadID *string `json:"sourceThreadId"`
+	TargetThreadID *string `json:"targetThreadId"`
 }
 
 // ThreadCopyResult answers thread/copy.
@@ -190,4 +216,33 @@ type ThreadCopyResult struct {
 type ThreadPruneParams struct {
 	ThreadIDs []string `json:"threadIds"`
 	Strategy  string   `json:"strategy"`
+}
+
+// LGPutValueParams are lg/putValue's params: one value as a segment of the attachment.
+type LGPutValueParams struct {
+	ThreadID *string `json:"threadId"`
+	Type     string  `json:"type"`
+	Offset   *int64  `json:"offset"`
+	Length   *int64  `json:"length"`
+}
+
+// LGPutValueResult answers lg/putValue.
+type LGPutValueResult struct {
+	ValueID int64 `json:"valueId"`
+}
+
+// LGConfigureParams are lg/configure's params: threadId absent configures every thread without a
+// retention of its own (the database's).
+type LGConfigureParams struct {
+	ThreadID  *string    `json:"threadId"`
+	Retention *Retention `json:"retention"`
+	Inherit   bool       `json:"inherit"`
+}
+
+// LGConfigureResult answers lg/configure: the retention in force and where it comes from
+// ("thread", "database" or "daemon").
+type LGConfigureResult struct {
+	ThreadID  *string            `json:"threadId,omitempty"`
+	Retention EffectiveRetention `json:"retention"`
+	Source    string             `json:"source"`
 }

@@ -74,6 +74,8 @@ type Capabilities struct {
 	Durability    string   `json:"durability"`
 	Events        []string `json:"events"`
 	Drift         bool     `json:"drift"` // sources on save/configure, drift/status, drift/watch
+	// LangGraph describes the lg/* methods (protocol/langgraph.go).
+	LangGraph LGCapabilities `json:"langgraph"`
 }
 
 // InitializeResult answers initialize.

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -30,6 +32,8 @@ func (s *Server) langGraphMethods() map[string]method {
 		protocol.MethodThreadDelete:     {kindMutation, s.threadDelete},
 		protocol.MethodThreadCopy:       {kindMutation, s.threadCopy},
 		protocol.MethodThreadPrune:      {kindMutation, s.threadPrune},
+		protocol.MethodLGPutValue:       {kindMutation, s.lgPutValue},
+		protocol.MethodLGConfigure:      {kindMutation, s.lgConfigure},
 	}
 	for name, cm := range s.claimMethods() {
 		m[name] = cm
@@ -42,11 +46,40 @@ func (s *Server) langGraphMethods() map[string]method {
 
 // segment returns the bytes a request segment names.
 func segment(field string, seg protocol.LGSegmentIn, c *call) ([]byte, *jsonrpc2.Error) {
+	if seg.ValueID != nil {
+		return nil, invalidParams(field+".valueId", "not taken here")
+	}
 	if seg.Type == "" {
 		return nil, invalidParams(field+".type", "required")
 	}
+	return segmentBytes(field, seg.Offset, seg.Length, c)
+}
+
+// stagedOrSegment returns the bytes a request segment names, or the id of the value stored
+// ahead by lg/putValue it names instead (valueId, then without type, offset and length).
+func stagedOrSegment(field string, seg protocol.LGSegmentIn, c *call) ([]byte, int64, *jsonrpc2.Error) {
+	if seg.ValueID == nil {
+		b, err := segment(field, seg, c)
+		return b, 0, err
+	}
+	switch {
+	case *seg.ValueID < 1:
+		return nil, 0, invalidParams(field+".valueId", "must be a valueId from lg/putValue")
+	case seg.Type != "" || seg.Offset != nil || seg.Length != nil:
+		return nil, 0, invalidParams(field+".valueId", "a staged value takes no type, offset or length: give either valueId or a segment")
+	}
+	return nil, *seg.ValueID, nil
+}
+
+// segmentBytes returns the bytes [offset, offset+length) of the request's attachment; field
+// prefixes the names in errors ("": the params' own offset and length).
+func segmentBytes(field string, offset, length *int64, c *call) ([]byte, *jsonrpc2.Error) {
+	seg := protocol.LGSegmentIn{Offset: offset, Length: length}
+	if field != "" {
+		field += "."
+	}
 	if seg.Offset == nil && seg.Length == nil {
-		return nil, invalidParams(field+".length", "required (with offset)")
+		return nil, invalidParams(field+"length", "required (with offset)")
 	}
 	var off, n int64
 	if seg.Offset != nil {
@@ -57,15 +90,15 @@ func segment(field string, seg protocol.LGSegmentIn, c *call) ([]byte, *jsonrpc2
 	}
 	switch {
 	case off < 0:
-		return nil, invalidParams(field+".offset", "must be >= 0")
+		return nil, invalidParams(field+"offset", "must be >= 0")
 	case n < 0:
-		return nil, invalidParams(field+".length", "must be >= 0")
+		return nil, invalidParams(field+"length", "must be >= 0")
 	case n == 0:
 		return []byte{}, nil
 	case !c.hasAttachment:
-		return nil, invalidParams(field+".length", fmt.Sprintf("%d bytes, but the frame has no Ckptd-Attachment-Length attachment", n))
+		return nil, invalidParams(field+"length", fmt.Sprintf("%d bytes, but the frame has no Ckptd-Attachment-Length attachment", n))
 	case off > int64(len(c.attachment)) || n > int64(len(c.attachment))-off:
-		return nil, invalidParams(field+".length", fmt.Sprintf("segment [%d, %d) lies outside the %d-byte attachment", off, off+n, len(c.attachment)))
+		return nil, invalidParams(field+"length", fmt.Sprintf("segment [%d, %d) lies outside the %d-byte attachment", off, off+n, len(c.attachment)))
 	}
 	return c.attachment[off : off+n : off+n], nil
 }
@@ -103,7 +136,7 @@ func (p *packer) add(typ string, b []byte) protocol.LGSegment {
 }
 
 func (p *packer) blob(thread, ns string, b store.LGBlob) protocol.LGSegment {
-	key := thread + "\x00" + ns + "\x00" + b.Channel + "\x00" + b.Version
+	key := thread + "\x00" + ns + "\x00" + b.Channel + "\x00" + b.Version + "\x00" + strconv.Itoa(b.Variant)
 	if seg, ok := p.seen[key]; ok {
 		return seg
 	}
@@ -152,8 +185,42 @@ func (p *packer) reply(result any) reply {
 	return reply{result: result, attachment: att, hasAttachment: true}
 }
 
-func requireThread(field, v string) *jsonrpc2.Error {
-	return requireID(field, v, maxWorkflowIDBytes)
+// threadParam validates a required thread id: any string of valid UTF-8 up to
+// store.MaxLGThreadIDBytes, "" included (LangGraph's savers take any thread_id).
+func threadParam(field string, v *string) (string, *jsonrpc2.Error) {
+	switch {
+	case v == nil:
+		return "", invalidParams(field, "required (a string; \"\" is a thread id too)")
+	case len(*v) > store.MaxLGThreadIDBytes:
+		return "", invalidParams(field, fmt.Sprintf("longer than %d bytes", store.MaxLGThreadIDBytes))
+	case !utf8.ValidString(*v):
+		return "", invalidParams(field, "not valid UTF-8")
+	}
+	return *v, nil
+}
+
+// lgRetention turns a retention param into a thread's retention: fields not given are 0 (off).
+func lgRetention(r *protocol.Retention) (*store.Retention, *jsonrpc2.Error) {
+	if r == nil {
+		return nil, nil
+	}
+	var out store.Retention
+	if r.KeepLast != nil {
+		out.KeepLast = *r.KeepLast
+	}
+	if r.MaxAgeSeconds != nil {
+		out.MaxAgeSeconds = *r.MaxAgeSeconds
+	}
+	if r.KeepFirst != nil {
+		out.KeepFirst = *r.KeepFirst
+	}
+	if r.IdleTTLSeconds != nil {
+		out.IdleTTLSeconds = *r.IdleTTLSeconds
+	}
+	if err := out.Validate(); err != nil {
+		return nil, storeError(err)
+	}
+	return &out, nil
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,16 +231,17 @@ func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	if err := requireThread("threadId", p.ThreadID); err != nil {
-		return reply{}, err
+	thread, perr := threadParam("threadId", p.ThreadID)
+	if perr != nil {
+		return reply{}, perr
 	}
 	if err := requireID("checkpointId", p.CheckpointID, maxCheckpointIDBytes); err != nil {
 		return reply{}, err
 	}
 	if p.Checkpoint == nil {
-		return reply{}, invalidParams("checkpoint", "required ({type, offset, length})")
+		return reply{}, invalidParams("checkpoint", "required ({type, offset, length} or {valueId})")
 	}
-	cp, perr := segment("checkpoint", *p.Checkpoint, c)
+	cp, cpStaged, perr := stagedOrSegment("checkpoint", *p.Checkpoint, c)
 	if perr != nil {
 		return reply{}, perr
 	}
@@ -187,9 +255,13 @@ func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if perr != nil {
 		return reply{}, perr
 	}
-	req := store.LGPutRequest{FencingToken: token,
-		ThreadID: p.ThreadID, Namespace: p.Namespace, CheckpointID: p.CheckpointID, ParentID: p.ParentID,
-		Type: p.Checkpoint.Type, Checkpoint: cp, ChannelVersions: p.ChannelVersions, Metadata: p.Metadata,
+	ret, perr := lgRetention(p.Retention)
+	if perr != nil {
+		return reply{}, perr
+	}
+	req := store.LGPutRequest{FencingToken: token, Retention: ret,
+		ThreadID: thread, Namespace: p.Namespace, CheckpointID: p.CheckpointID, ParentID: p.ParentID,
+		Type: p.Checkpoint.Type, Checkpoint: cp, CheckpointStaged: cpStaged, ChannelVersions: p.ChannelVersions, Metadata: p.Metadata,
 		Blobs: make([]store.LGBlob, 0, len(p.Blobs)),
 	}
 	for i, b := range p.Blobs {
@@ -201,11 +273,11 @@ func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		if err != nil {
 			return reply{}, invalidParams(field+".version", err.Error())
 		}
-		data, perr := segment(field, b.LGSegmentIn, c)
+		data, staged, perr := stagedOrSegment(field, b.LGSegmentIn, c)
 		if perr != nil {
 			return reply{}, perr
 		}
-		req.Blobs = append(req.Blobs, store.LGBlob{Channel: b.Channel, Version: ver, Type: b.Type, Data: data})
+		req.Blobs = append(req.Blobs, store.LGBlob{Channel: b.Channel, Version: ver, Type: b.Type, Data: data, Staged: staged})
 	}
 	pending, n := s.store.LGPut(req)
 	c.release()
@@ -214,7 +286,7 @@ func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		return reply{}, storeError(err)
 	}
 	s.metrics.bytesIn.Add(int64(len(c.attachment)))
-	return reply{result: protocol.LGPutResult{ThreadID: p.ThreadID, Namespace: p.Namespace, CheckpointID: p.CheckpointID, BlobsStored: *n}}, nil
+	return reply{result: protocol.LGPutResult{ThreadID: thread, Namespace: p.Namespace, CheckpointID: p.CheckpointID, BlobsStored: *n}}, nil
 }
 
 func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
@@ -222,8 +294,9 @@ func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	if err := requireThread("threadId", p.ThreadID); err != nil {
-		return reply{}, err
+	thread, perr := threadParam("threadId", p.ThreadID)
+	if perr != nil {
+		return reply{}, perr
 	}
 	if err := requireID("checkpointId", p.CheckpointID, maxCheckpointIDBytes); err != nil {
 		return reply{}, err
@@ -232,7 +305,7 @@ func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 		return reply{}, invalidParams("taskId", "required")
 	}
 	if p.Writes == nil {
-		return reply{}, invalidParams("writes", "required (an array of {channel, idx?, type, offset, length})")
+		return reply{}, invalidParams("writes", "required (an array of {channel, idx?, type, offset, length} or {channel, idx?, valueId})")
 	}
 	token, perr := fencingToken(p.FencingToken)
 	if perr != nil {
@@ -244,22 +317,78 @@ func (s *Server) lgPutWrites(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 		if w.Channel == "" {
 			return reply{}, invalidParams(field+".channel", "required")
 		}
-		data, perr := segment(field, w.LGSegmentIn, c)
+		data, staged, perr := stagedOrSegment(field, w.LGSegmentIn, c)
 		if perr != nil {
 			return reply{}, perr
 		}
-		lw := store.LGWrite{TaskID: p.TaskID, TaskPath: p.TaskPath, Idx: int64(i), Channel: w.Channel, Type: w.Type, Data: data}
+		lw := store.LGWrite{TaskID: p.TaskID, TaskPath: p.TaskPath, Idx: int64(i), Channel: w.Channel, Type: w.Type, Data: data, Staged: staged}
 		if w.Idx != nil {
 			lw.Idx = *w.Idx
 		}
 		ws = append(ws, lw)
 	}
-	pending, n := s.store.LGPutWritesFenced(p.ThreadID, p.Namespace, p.CheckpointID, ws, token)
+	pending, n := s.store.LGPutWritesFenced(thread, p.Namespace, p.CheckpointID, ws, token)
 	c.release()
 	if err := pending.Wait(ctx); err != nil {
 		return reply{}, storeError(err)
 	}
 	return reply{result: protocol.WritesPutResult{Stored: *n}}, nil
+}
+
+// lgPutValue stores one value ahead of the lg/put or lg/putWrites that names it by valueId, so
+// that no request has to carry several large values.
+func (s *Server) lgPutValue(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p protocol.LGPutValueParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	thread, perr := threadParam("threadId", p.ThreadID)
+	if perr != nil {
+		return reply{}, perr
+	}
+	if p.Type == "" {
+		return reply{}, invalidParams("type", "required")
+	}
+	data, perr := segmentBytes("", p.Offset, p.Length, c)
+	if perr != nil {
+		return reply{}, perr
+	}
+	id, err := s.store.LGStageValue(ctx, thread, p.Type, data)
+	c.release()
+	if err != nil {
+		s.metrics.failures.Add(1)
+		return reply{}, storeError(err)
+	}
+	s.metrics.bytesIn.Add(int64(len(c.attachment)))
+	return reply{result: protocol.LGPutValueResult{ValueID: id}}, nil
+}
+
+// lgConfigure sets or reads the retention of a thread (threadId) or of every thread without its
+// own (no threadId).
+func (s *Server) lgConfigure(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
+	var p protocol.LGConfigureParams
+	if err := decodeParams(c.params, &p); err != nil {
+		return reply{}, err
+	}
+	if p.ThreadID != nil {
+		if _, perr := threadParam("threadId", p.ThreadID); perr != nil {
+			return reply{}, perr
+		}
+	}
+	ret, perr := lgRetention(p.Retention)
+	if perr != nil {
+		return reply{}, perr
+	}
+	if ret != nil && p.Inherit {
+		return reply{}, invalidParams("inherit", "give retention or inherit, not both")
+	}
+	info, err := s.store.LGConfigure(ctx, p.ThreadID, ret, p.Inherit)
+	if err != nil {
+		return reply{}, storeError(err)
+	}
+	r := info.Retention
+	return reply{result: protocol.LGConfigureResult{ThreadID: p.ThreadID, Source: info.Source, Retention: protocol.EffectiveRetention{
+		KeepLast: r.KeepLast, MaxAgeSeconds: r.MaxAgeSeconds, KeepFirst: r.KeepFirst, IdleTTLSeconds: r.IdleTTLSeconds}}}, nil
 }
 
 func (s *Server) lgReadError(err error, thread string) *jsonrpc2.Error {
@@ -276,12 +405,13 @@ func (s *Server) lgGet(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	if err := requireThread("threadId", p.ThreadID); err != nil {
-		return reply{}, err
+	thread, perr := threadParam("threadId", p.ThreadID)
+	if perr != nil {
+		return reply{}, perr
 	}
-	t, err := s.store.LGGet(ctx, p.ThreadID, p.Namespace, p.CheckpointID)
+	t, err := s.store.LGGet(ctx, thread, p.Namespace, p.CheckpointID)
 	if err != nil {
-		return reply{}, s.lgReadError(err, p.ThreadID)
+		return reply{}, s.lgReadError(err, thread)
 	}
 	s.metrics.loads.Add(1)
 	pk := newPacker()
@@ -300,8 +430,15 @@ func (s *Server) lgList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	f := store.LGListFilter{ThreadID: p.ThreadID, Namespace: p.Namespace, CheckpointID: p.CheckpointID, Before: p.Before,
-		Metadata: p.Metadata, Cursor: p.Cursor}
+	f := store.LGListFilter{Namespace: p.Namespace, CheckpointID: p.CheckpointID, Before: p.Before,
+		Metadata: p.Metadata, MetadataMatch: p.MetadataMatch, Cursor: p.Cursor}
+	if p.ThreadID != nil {
+		thread, perr := threadParam("threadId", p.ThreadID)
+		if perr != nil {
+			return reply{}, perr
+		}
+		f.ThreadID, f.ThreadGiven = thread, true
+	}
 	if p.Limit != nil {
 		if *p.Limit < 1 || *p.Limit > store.LGMaxListLimit {
 			return reply{}, invalidParams("limit", fmt.Sprintf("must be between 1 and %d", store.LGMaxListLimit))
@@ -310,7 +447,7 @@ func (s *Server) lgList(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	res, err := s.store.LGList(ctx, f)
 	if err != nil {
-		return reply{}, s.lgReadError(err, p.ThreadID)
+		return reply{}, s.lgReadError(err, f.ThreadID)
 	}
 	pk := newPacker()
 	pk.reserve(res.Tuples...)
@@ -327,15 +464,16 @@ func (s *Server) lgChannelHistory(ctx context.Context, c *call) (reply, *jsonrpc
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	if err := requireThread("threadId", p.ThreadID); err != nil {
-		return reply{}, err
+	thread, perr := threadParam("threadId", p.ThreadID)
+	if perr != nil {
+		return reply{}, perr
 	}
 	if p.Channels == nil {
 		return reply{}, invalidParams("channels", "required (an array of channel names)")
 	}
-	res, err := s.store.LGChannelHistory(ctx, p.ThreadID, p.Namespace, p.CheckpointID, p.Channels)
+	res, err := s.store.LGChannelHistory(ctx, thread, p.Namespace, p.CheckpointID, p.Channels)
 	if err != nil {
-		return reply{}, s.lgReadError(err, p.ThreadID)
+		return reply{}, s.lgReadError(err, thread)
 	}
 	pk := newPacker()
 	out := protocol.LGChannelHistoryResult{Channels: map[string]protocol.LGChannelHistory{}, Visited: res.Visited}
@@ -349,7 +487,7 @@ func (s *Server) lgChannelHistory(ctx context.Context, c *call) (reply, *jsonrpc
 			o.Writes = append(o.Writes, pk.write(w))
 		}
 		if h.Seed != nil {
-			o.Seed = &protocol.LGSeed{Version: json.RawMessage(h.Seed.Version), LGSegment: pk.blob(p.ThreadID, p.Namespace, *h.Seed)}
+			o.Seed = &protocol.LGSeed{Version: json.RawMessage(h.Seed.Version), LGSegment: pk.blob(thread, p.Namespace, *h.Seed)}
 		}
 		out.Channels[ch] = o
 	}
@@ -376,10 +514,11 @@ func (s *Server) threadDelete(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	if err := requireThread("threadId", p.ThreadID); err != nil {
-		return reply{}, err
+	thread, perr := threadParam("threadId", p.ThreadID)
+	if perr != nil {
+		return reply{}, perr
 	}
-	n, err := s.store.LGDeleteThread(ctx, p.ThreadID)
+	n, err := s.store.LGDeleteThread(ctx, thread)
 	if err != nil {
 		return reply{}, storeError(err)
 	}
@@ -391,13 +530,15 @@ func (s *Server) threadCopy(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	if err := requireThread("sourceThreadId", p.SourceThreadID); err != nil {
-		return reply{}, err
+	src, perr := threadParam("sourceThreadId", p.SourceThreadID)
+	if perr != nil {
+		return reply{}, perr
 	}
-	if err := requireThread("targetThreadId", p.TargetThreadID); err != nil {
-		return reply{}, err
+	dst, perr := threadParam("targetThreadId", p.TargetThreadID)
+	if perr != nil {
+		return reply{}, perr
 	}
-	n, err := s.store.LGCopyThread(ctx, p.SourceThreadID, p.TargetThreadID)
+	n, err := s.store.LGCopyThread(ctx, src, dst)
 	if err != nil {
 		return reply{}, storeError(err)
 	}
@@ -411,6 +552,11 @@ func (s *Server) threadPrune(ctx context.Context, c *call) (reply, *jsonrpc2.Err
 	}
 	if p.ThreadIDs == nil {
 		return reply{}, invalidParams("threadIds", "required (an array of thread ids)")
+	}
+	for i := range p.ThreadIDs {
+		if _, perr := threadParam(fmt.Sprintf("threadIds[%d]", i), &p.ThreadIDs[i]); perr != nil {
+			return reply{}, perr
+		}
 	}
 	switch p.Strategy {
 	case "":

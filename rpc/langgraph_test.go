@@ -265,3 +265,82 @@ func TestLGProtocolErrors(t *testing.T) {
 	a := c.ok(protocol.MethodLGGet, map[string]any{"threadId": "t"}, nil, &gr)
 	require.Equal(t, big, []byte(seg(a, gr.Tuple.Blobs[0].LGSegment)))
 }
+
+// TestLGFidelityProtocol: staged values (lg/putValue, valueId), the empty thread id, metadata
+// rules, lg/configure and a put's retention, over the wire.
+func TestLGFidelityProtocol(t *testing.T) {
+	c := newLGConn(t)
+	var caps protocol.InitializeResult
+	c.ok(protocol.MethodInitialize, map[string]any{"clientName": "t"}, nil, &caps)
+	require.True(t, caps.Capabilities.LangGraph.PutValue)
+	require.Equal(t, store.MaxLGThreadIDBytes, caps.Capabilities.LangGraph.MaxThreadIDBytes)
+
+	// two values staged one frame each, then a put naming them and a write naming a third
+	v1 := bytes.Repeat([]byte("1"), 1<<20)
+	v2 := bytes.Repeat([]byte("2"), 1<<20)
+	var pv protocol.LGPutValueResult
+	c.ok(protocol.MethodLGPutValue, map[string]any{"threadId": "", "type": "bytes", "offset": 0, "length": len(v1)}, v1, &pv)
+	id1 := pv.ValueID
+	c.ok(protocol.MethodLGPutValue, map[string]any{"threadId": "", "type": "bytes", "offset": 0, "length": len(v2)}, v2, &pv)
+	id2 := pv.ValueID
+	var put protocol.LGPutResult
+	c.ok(protocol.MethodLGPut, map[string]any{"threadId": "", "checkpointId": "c1", "checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2},
+		"channelVersions": map[string]any{"a": 1, "b": 1}, "metadata": map[string]any{"flag": true},
+		"blobs": []any{map[string]any{"channel": "a", "version": 1, "valueId": id1}, map[string]any{"channel": "b", "version": 1, "valueId": id2}}},
+		[]byte("{}"), &put)
+	require.Equal(t, 2, put.BlobsStored)
+	require.Equal(t, "", put.ThreadID)
+	c.ok(protocol.MethodLGPutValue, map[string]any{"threadId": "", "type": "json", "offset": 0, "length": 3}, []byte(`"w"`), &pv)
+	c.ok(protocol.MethodLGPutWrites, map[string]any{"threadId": "", "checkpointId": "c1", "taskId": "k",
+		"writes": []any{map[string]any{"channel": "a", "valueId": pv.ValueID}}}, nil, nil)
+	var gr protocol.LGGetResult
+	att := c.ok(protocol.MethodLGGet, map[string]any{"threadId": ""}, nil, &gr)
+	require.Equal(t, "c1", gr.Tuple.CheckpointID)
+	require.Equal(t, string(v1), seg(att, gr.Tuple.Blobs[0].LGSegment))
+	require.Equal(t, string(v2), seg(att, gr.Tuple.Blobs[1].LGSegment))
+	require.Equal(t, `"w"`, seg(att, gr.Tuple.Writes[0].LGSegment))
+	// a value is taken once
+	c.fail(protocol.MethodLGPut, map[string]any{"threadId": "", "checkpointId": "c2", "checkpoint": map[string]any{"valueId": id1},
+		"channelVersions": map[string]any{}}, nil, protocol.CodeInvalidParams, "checkpoint.valueId")
+	c.fail(protocol.MethodLGPut, map[string]any{"threadId": "", "checkpointId": "c2", "checkpoint": map[string]any{"valueId": 1, "type": "json"},
+		"channelVersions": map[string]any{}}, nil, protocol.CodeInvalidParams, "checkpoint.valueId")
+	c.fail(protocol.MethodLGPutValue, map[string]any{"threadId": "t", "type": "json", "offset": 0, "length": 9}, []byte("1"), protocol.CodeInvalidParams, "length")
+	c.fail(protocol.MethodLGPutValue, map[string]any{"type": "json", "offset": 0, "length": 1}, []byte("1"), protocol.CodeInvalidParams, "threadId")
+	c.fail(protocol.MethodLGGet, map[string]any{"threadId": strings.Repeat("x", store.MaxLGThreadIDBytes+1)}, nil, protocol.CodeInvalidParams, "threadId")
+	c.fail(protocol.MethodLGGet, map[string]any{}, nil, protocol.CodeInvalidParams, "threadId")
+
+	// lg/list: threadId "" is the thread "", absent is every thread; metadataMatch
+	c.ok(protocol.MethodLGPut, map[string]any{"threadId": "other", "checkpointId": "c1", "checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2},
+		"channelVersions": map[string]any{}, "metadata": map[string]any{"flag": 1}}, []byte("{}"), nil)
+	count := func(params map[string]any) int {
+		var lr protocol.LGListResult
+		c.ok(protocol.MethodLGList, params, nil, &lr)
+		return len(lr.Tuples)
+	}
+	require.Equal(t, 1, count(map[string]any{"threadId": ""}))
+	require.Equal(t, 2, count(map[string]any{}))
+	require.Equal(t, 1, count(map[string]any{"metadata": map[string]any{"flag": 1}}))
+	require.Equal(t, 2, count(map[string]any{"metadata": map[string]any{"flag": 1}, "metadataMatch": "python"}))
+	require.Equal(t, 2, count(map[string]any{"metadata": map[string]any{"nope": nil}, "metadataMatch": "python"}))
+	require.Equal(t, 1, count(map[string]any{"metadata": map[string]any{"flag": true}, "metadataMatch": "javascript"}))
+	c.fail(protocol.MethodLGList, map[string]any{"metadata": map[string]any{"a": 1}, "metadataMatch": "lua"}, nil, protocol.CodeInvalidParams, "metadataMatch")
+
+	// lg/configure and a put's retention
+	var cr protocol.LGConfigureResult
+	c.ok(protocol.MethodLGConfigure, map[string]any{}, nil, &cr)
+	require.Equal(t, "daemon", cr.Source)
+	c.ok(protocol.MethodLGConfigure, map[string]any{"retention": map[string]any{"keepLast": 1}}, nil, &cr)
+	require.Equal(t, protocol.LGConfigureResult{Retention: protocol.EffectiveRetention{KeepLast: 1}, Source: "database"}, cr)
+	c.fail(protocol.MethodLGConfigure, map[string]any{"threadId": "t", "retention": map[string]any{"keepLast": -1}}, nil, protocol.CodeInvalidParams, "retention.keepLast")
+	c.fail(protocol.MethodLGConfigure, map[string]any{"threadId": "t", "retention": map[string]any{}, "inherit": true}, nil, protocol.CodeInvalidParams, "inherit")
+	c.ok(protocol.MethodLGPut, map[string]any{"threadId": "other", "checkpointId": "c2", "parentId": "c1",
+		"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2}, "channelVersions": map[string]any{},
+		"retention": map[string]any{"keepLast": 5, "idleTtlSeconds": 60}}, []byte("{}"), nil)
+	require.Equal(t, 2, count(map[string]any{"threadId": "other"}))
+	c.ok(protocol.MethodLGConfigure, map[string]any{"threadId": "other"}, nil, &cr)
+	require.Equal(t, protocol.EffectiveRetention{KeepLast: 5, IdleTTLSeconds: 60}, cr.Retention)
+	require.Equal(t, "thread", cr.Source)
+	c.ok(protocol.MethodLGPut, map[string]any{"threadId": "", "checkpointId": "c3",
+		"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2}, "channelVersions": map[string]any{}}, []byte("{}"), nil)
+	require.Equal(t, 1, count(map[string]any{"threadId": ""}), "the database's keepLast 1")
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/ckptd/ckptd/protocol"
+	"github.com/ckptd/ckptd/store"
 )
 
 // knownEvents are the notifications a client may opt in to with initialize.
@@ -49,6 +50,12 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 			Durability:    s.opts.Durability,
 			Events:        knownEvents,
 			Drift:         true,
+			LangGraph: protocol.LGCapabilities{
+				PutValue:         true,
+				Retention:        true,
+				MetadataMatch:    []string{protocol.LGMatchJSON, protocol.LGMatchPython, protocol.LGMatchJS},
+				MaxThreadIDBytes: store.MaxLGThreadIDBytes,
+			},
 		},
 	}}, nil
 }

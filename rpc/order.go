@@ -222,6 +222,7 @@ type scopeRule struct {
 	fields   []string // several keys (thread/copy)
 	list     string   // a param holding an array of keys (thread/prune)
 	namesIDs bool     // the mutation names a checkpointId (ids of scope)
+	emptyOK  bool     // "" is a key (a LangGraph thread id), not an absent one
 }
 
 var scopeRules = map[string]scopeRule{
@@ -240,14 +241,16 @@ var scopeRules = map[string]scopeRule{
 	"resume/plan":        {field: "workflowId", prefix: "w:", required: true},
 	"drift/status":       {field: "workflowId", prefix: "w:", byID: true},
 	"drift/watch":        {field: "workflowId", prefix: "w:", byID: true},
-	"lg/put":             {field: "threadId", prefix: "t:", required: true},
-	"lg/putWrites":       {field: "threadId", prefix: "t:", required: true},
-	"lg/get":             {field: "threadId", prefix: "t:", required: true},
-	"lg/list":            {field: "threadId", prefix: "t:"},
-	"lg/channelHistory":  {field: "threadId", prefix: "t:", required: true},
+	"lg/put":             {field: "threadId", prefix: "t:", required: true, emptyOK: true},
+	"lg/putWrites":       {field: "threadId", prefix: "t:", required: true, emptyOK: true},
+	"lg/putValue":        {field: "threadId", prefix: "t:", required: true, emptyOK: true},
+	"lg/get":             {field: "threadId", prefix: "t:", required: true, emptyOK: true},
+	"lg/list":            {field: "threadId", prefix: "t:", emptyOK: true},
+	"lg/channelHistory":  {field: "threadId", prefix: "t:", required: true, emptyOK: true},
+	"lg/configure":       {field: "threadId", prefix: "t:", emptyOK: true},
 	"lg/deleteForRuns":   {kind: scopeGlobal},
-	"thread/delete":      {field: "threadId", prefix: "t:", required: true},
-	"thread/copy":        {fields: []string{"sourceThreadId", "targetThreadId"}, prefix: "t:"},
+	"thread/delete":      {field: "threadId", prefix: "t:", required: true, emptyOK: true},
+	"thread/copy":        {fields: []string{"sourceThreadId", "targetThreadId"}, prefix: "t:", emptyOK: true},
 	"thread/prune":       {list: "threadIds", prefix: "t:"},
 	// A claim fences the writes of the workflow and of the LangGraph thread of its id.
 	"workflow/claim":   {field: "workflowId", prefix: "w:", also: "t:", required: true},
@@ -285,7 +288,7 @@ func (s *Server) scopeOf(method string, params json.RawMessage) scope {
 	case rule.fields != nil:
 		var keys []string
 		for _, f := range rule.fields {
-			v, st := stringMember(m, f)
+			v, st := stringMember(m, f, rule.emptyOK)
 			if st != memberString {
 				return scope{kind: scopeNone}
 			}
@@ -304,7 +307,7 @@ func (s *Server) scopeOf(method string, params json.RawMessage) scope {
 		}
 		return keyed(keys...)
 	}
-	v, st := stringMember(m, rule.field)
+	v, st := stringMember(m, rule.field, rule.emptyOK)
 	switch {
 	case st == memberString:
 		sc := keyed(rule.prefix + v)
@@ -382,7 +385,7 @@ const (
 )
 
 // stringMember reads member name of m as a non-empty string.
-func stringMember(m map[string][]byte, name string) (string, memberState) {
+func stringMember(m map[string][]byte, name string, emptyOK ...bool) (string, memberState) {
 	raw, ok := m[name]
 	if !ok || bytes.Equal(raw, jsonNull) {
 		return "", memberAbsent
@@ -391,7 +394,7 @@ func stringMember(m map[string][]byte, name string) (string, memberState) {
 	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
 		return "", memberInvalid
 	}
-	if v == "" {
+	if v == "" && (len(emptyOK) == 0 || !emptyOK[0]) {
 		return "", memberAbsent
 	}
 	return v, memberString

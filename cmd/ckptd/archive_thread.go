@@ -49,14 +49,18 @@ type archiveLGRow struct {
 	CreatedAt       string `json:"createdAt,omitempty"`
 	ChannelVersions []byte `json:"channelVersions,omitempty"`
 	Metadata        []byte `json:"metadata,omitempty"`
-	Channel         string `json:"channel,omitempty"`
-	Version         string `json:"version,omitempty"`
-	TaskID          string `json:"taskId,omitempty"`
-	TaskPath        string `json:"taskPath,omitempty"`
-	Idx             *int64 `json:"idx,omitempty"`
-	Type            string `json:"type"`
-	SizeBytes       int64  `json:"sizeBytes"`
-	SHA256          string `json:"sha256"`
+	// ValueRefs (checkpoint): the variant of each channel whose value is not variant 0.
+	ValueRefs map[string]int `json:"valueRefs,omitempty"`
+	Channel   string         `json:"channel,omitempty"`
+	Version   string         `json:"version,omitempty"`
+	// Variant (value): which value of (channel, version); 0 when absent.
+	Variant   int    `json:"variant,omitempty"`
+	TaskID    string `json:"taskId,omitempty"`
+	TaskPath  string `json:"taskPath,omitempty"`
+	Idx       *int64 `json:"idx,omitempty"`
+	Type      string `json:"type"`
+	SizeBytes int64  `json:"sizeBytes"`
+	SHA256    string `json:"sha256"`
 }
 
 var lgKindRecord = map[string]byte{store.LGKindCheckpoint: recLGCheckpoint, store.LGKindValue: recLGValue,
@@ -86,9 +90,9 @@ func (a *archiveWriter) lgRow(r store.LGRecord) error {
 	switch r.Kind {
 	case store.LGKindCheckpoint:
 		row.CheckpointID, row.ParentID, row.CreatedAt = r.CheckpointID, r.ParentID, timestamp(r.CreatedAt)
-		row.ChannelVersions, row.Metadata = r.ChannelVersions, r.Metadata
+		row.ChannelVersions, row.Metadata, row.ValueRefs = r.ChannelVersions, r.Metadata, r.ValueRefs
 	case store.LGKindValue:
-		row.Channel, row.Version = r.Channel, r.Version
+		row.Channel, row.Version, row.Variant = r.Channel, r.Version, r.Variant
 	case store.LGKindWrite:
 		idx := r.Idx
 		row.CheckpointID, row.TaskID, row.TaskPath, row.Idx, row.Channel = r.CheckpointID, r.TaskID, r.TaskPath, &idx, r.Channel
@@ -178,12 +182,21 @@ func (a *archiveReader) lgRow(b []byte, r *store.LGRecord) error {
 		if len(row.Metadata) > 0 {
 			r.Metadata = json.RawMessage(row.Metadata)
 		}
+		for ch, v := range row.ValueRefs {
+			if v < 0 {
+				return fmt.Errorf("%s: valueRefs: channel %q: variant %d", what, ch, v)
+			}
+		}
+		r.ValueRefs = row.ValueRefs
 	case store.LGKindValue:
 		what = fmt.Sprintf("LangGraph value %s@%s", row.Channel, row.Version)
 		if row.Channel == "" || row.Version == "" {
 			return fmt.Errorf("%s: no channel or version", what)
 		}
-		r.Channel, r.Version = row.Channel, row.Version
+		if row.Variant < 0 {
+			return fmt.Errorf("%s: variant %d", what, row.Variant)
+		}
+		r.Channel, r.Version, r.Variant = row.Channel, row.Version, row.Variant
 	case store.LGKindWrite:
 		if row.CheckpointID == "" || row.TaskID == "" || row.Channel == "" || row.Idx == nil {
 			return fmt.Errorf("%s: a write needs checkpointId, taskId, idx and channel", what)

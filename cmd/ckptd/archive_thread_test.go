@@ -22,6 +22,10 @@ func threadRecords() []store.LGRecord {
 		{Kind: store.LGKindValue, Channel: "m", Version: "1", Type: "json", Data: []byte(`["hi"]`)},
 		{Kind: store.LGKindValue, Channel: "e", Version: `"00000001.0.5"`, Type: store.LGEmptyType, Data: []byte{}},
 		{Kind: store.LGKindWrite, CheckpointID: "1f0-a", TaskID: "t", TaskPath: "p", Idx: -1, Channel: "__error__", Type: "json", Data: []byte(`"boom"`)},
+		// a replayed branch's own value of m@1, which the second checkpoint of the root reads
+		{Kind: store.LGKindValue, Channel: "m", Version: "1", Variant: 1, Type: "json", Data: []byte(`["other branch"]`)},
+		{Kind: store.LGKindCheckpoint, CheckpointID: "1f0-c", ParentID: "1f0-a", CreatedAt: t0.Add(2 * time.Second),
+			ChannelVersions: json.RawMessage(`{"m": 1}`), ValueRefs: map[string]int{"m": 1}, Type: "json", Data: []byte(`{"v":4}`)},
 	}
 }
 

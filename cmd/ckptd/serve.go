@@ -125,6 +125,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "serve", serveUsage)
 	g.register(fs)
 	keepLast := fs.Int("keep-last", 10, "default retention: keep the newest `n` checkpoints per workflow and namespace (0 = unlimited)")
+	lgKeepLast := fs.Int("lg-keep-last", 0, "LangGraph threads without a retention of their own: keep the newest `n` checkpoints per thread and namespace (0 = all)")
+	lgIdleTTL := fs.String("lg-idle-ttl", "", "LangGraph threads without a retention of their own: delete a thread no put has touched for `age` (e.g. 30d; default: never)")
 	maxState := fs.String("max-state-size", "64MiB", "largest accepted state (`size`, e.g. 64MiB)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -137,6 +139,20 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	if *keepLast < 0 {
 		return usageError{"--keep-last must be >= 0"}
+	}
+	if *lgKeepLast < 0 {
+		return usageError{"--lg-keep-last must be >= 0"}
+	}
+	lgRetention := store.Retention{KeepLast: *lgKeepLast}
+	if *lgIdleTTL != "" {
+		d, err := parseAge(*lgIdleTTL)
+		if err != nil {
+			return usageError{"--lg-idle-ttl: " + err.Error()}
+		}
+		if d < time.Second {
+			return usageError{"--lg-idle-ttl: must be at least 1s"}
+		}
+		lgRetention.IdleTTLSeconds = int64(d / time.Second)
 	}
 	maxBytes, err := parseSize(*maxState)
 	if err != nil {
@@ -158,11 +174,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	retention := store.Retention{KeepLast: *keepLast}
 	st, err := openBackend(ctx, store.Options{
-		Path:             path,
-		Durability:       g.durability,
-		DefaultRetention: retention,
-		MaxStateBytes:    maxBytes,
-		Logger:           log,
+		Path:               path,
+		Durability:         g.durability,
+		DefaultRetention:   retention,
+		LGDefaultRetention: lgRetention,
+		MaxStateBytes:      maxBytes,
+		Logger:             log,
 	}, true)
 	if err != nil {
 		if isURL(path) { // the backend names the database (without its password)

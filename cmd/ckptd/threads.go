@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/ckptd/ckptd/store"
 )
@@ -22,8 +23,12 @@ With THREAD --checkpoint ID (or "latest"): that checkpoint of the namespace (def
 read and verified: its metadata, the channel values it names (version, serializer type, size)
 and the pending writes stored against it; --values also prints the JSON-typed values.
 
+With --idle AGE: the threads no put has touched for at least AGE, oldest first, with the idle
+TTL of their retention (lg/configure, --lg-idle-ttl) and when the daemon's sweep deletes them.
+
 examples:
   ckptd threads
+  ckptd threads --idle 30d
   ckptd threads my-thread
   ckptd threads my-thread --namespace "" --limit 5 --json
   ckptd threads my-thread --checkpoint latest --values
@@ -64,9 +69,19 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 	limit := fs.Int("limit", 0, "with THREAD: at most `n` checkpoints (0 = all)")
 	checkpoint := fs.String("checkpoint", "", "with THREAD: show this checkpoint `id` (or latest)")
 	values := fs.Bool("values", false, "with --checkpoint: print JSON-typed channel values and writes too")
+	idle := fs.String("idle", "", "list the threads no put has touched for at least `age` (e.g. 30d, 12h)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	var idleFor time.Duration
+	if *idle != "" {
+		if idleFor, err = parseAge(*idle); err != nil {
+			return usageError{"--idle: " + err.Error()}
+		}
+		if len(pos) > 0 || *checkpoint != "" || *limit > 0 || isSet(fs, "namespace") {
+			return usageError{"--idle lists threads: it takes no THREAD, --checkpoint, --limit or --namespace"}
+		}
 	}
 	switch {
 	case len(pos) > 1:
@@ -81,6 +96,9 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 		return usageError{"--values needs --checkpoint"}
 	}
 	return withStore(ctx, e, &g, false, func(st store.Backend) error {
+		if *idle != "" {
+			return lsIdleThreads(ctx, e, st, idleFor, *asJSON)
+		}
 		if len(pos) == 0 {
 			return lsThreads(ctx, e, st, *asJSON)
 		}
@@ -122,6 +140,75 @@ func lsThreads(ctx context.Context, e *env, st store.Backend, asJSON bool) error
 			orDash(t.LatestID), fmtTime(t.UpdatedAt), fmtBytes(t.StoredBytes))
 	}
 	return tw.Flush()
+}
+
+// idleThreadJSON is one thread in 'ckptd threads --idle AGE --json'.
+type idleThreadJSON struct {
+	ThreadID       string `json:"threadId"`
+	UpdatedAt      string `json:"updatedAt"`
+	IdleTTLSeconds int64  `json:"idleTtlSeconds"`
+	ExpiresAt      string `json:"expiresAt,omitempty"`
+}
+
+func lsIdleThreads(ctx context.Context, e *env, st store.Backend, idle time.Duration, asJSON bool) error {
+	now := time.Now()
+	ts, err := st.LGIdleThreads(ctx, now.Add(-idle), 0)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := struct {
+			Threads []idleThreadJSON `json:"threads"`
+		}{Threads: make([]idleThreadJSON, 0, len(ts))}
+		for _, t := range ts {
+			j := idleThreadJSON{ThreadID: t.ThreadID, UpdatedAt: timestamp(t.UpdatedAt), IdleTTLSeconds: t.IdleTTLSeconds}
+			if !t.ExpiresAt.IsZero() {
+				j.ExpiresAt = timestamp(t.ExpiresAt)
+			}
+			out.Threads = append(out.Threads, j)
+		}
+		return printJSON(e.stdout, out)
+	}
+	if len(ts) == 0 {
+		fmt.Fprintf(e.stderr, "no LangGraph thread idle for %s or more\n", fmtAge(idle))
+		return nil
+	}
+	tw := newTable(e.stdout)
+	fmt.Fprintln(tw, "THREAD\tLAST PUT\tIDLE\tIDLE TTL\tEXPIRES")
+	expiring := 0
+	for _, t := range ts {
+		ttl, expires := "-", "never"
+		if t.IdleTTLSeconds > 0 {
+			ttl = fmtAge(time.Duration(t.IdleTTLSeconds) * time.Second)
+			expires = fmtTime(t.ExpiresAt)
+			if !t.ExpiresAt.After(now) {
+				expires = "at the next sweep"
+				expiring++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ThreadID, fmtTime(t.UpdatedAt), fmtAge(now.Sub(t.UpdatedAt)), ttl, expires)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%d thread(s) idle for %s or more; %d expire at the next sweep of a daemon on this database (every minute)\n",
+		len(ts), fmtAge(idle), expiring)
+	return nil
+}
+
+// fmtAge prints a duration in the largest whole unit of d, h, m, s that fits.
+func fmtAge(d time.Duration) string {
+	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	case d >= 24*time.Hour:
+		return fmt.Sprintf("%.1fd", d.Hours()/24)
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return fmt.Sprintf("%ds", d/time.Second)
 }
 
 func lsThreadCheckpoints(ctx context.Context, e *env, st store.Backend, thread string, ns *string, limit int, asJSON bool) error {

@@ -104,3 +104,33 @@ func TestMetadataSourceStep(t *testing.T) {
 		assert.Equal(t, want, [2]string{s, st}, meta)
 	}
 }
+
+// TestCLIThreadsIdle: 'ckptd threads --idle AGE' lists the threads idle that long, with the idle
+// TTL of their retention and when the sweep deletes them.
+func TestCLIThreadsIdle(t *testing.T) {
+	t.Parallel()
+	db := newCLIDB(t, nil)
+	ctx := context.Background()
+	for _, thread := range []string{"quiet", "own-ttl"} {
+		p, _ := db.st.LGPut(store.LGPutRequest{ThreadID: thread, CheckpointID: "c1", Type: "json", Checkpoint: []byte(`{}`),
+			ChannelVersions: json.RawMessage(`{}`)})
+		require.NoError(t, p.Wait(ctx))
+	}
+	own := "own-ttl"
+	_, err := db.st.LGConfigure(ctx, &own, &store.Retention{IdleTTLSeconds: 3600}, false)
+	require.NoError(t, err)
+	db.close()
+	// the fixture's clock is in the past: both are idle for days
+	cliGolden(t, "threads-idle-json", db.dir, cliRun(t, nil, "threads", "--idle", "1d", "--json", "--db", db.path))
+	res := cliRun(t, nil, "threads", "--idle", "1d", "--db", db.path)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Regexp(t, `(?m)^quiet\s+2026-01-02T03:04:00Z\s+\S+d\s+-\s+never$`, res.stdout)
+	assert.Regexp(t, `(?m)^own-ttl\s+2026-01-02T03:05:00Z\s+\S+d\s+1h\s+at the next sweep$`, res.stdout)
+	assert.Contains(t, res.stderr, "2 thread(s) idle for 1d or more; 1 expire at the next sweep")
+	res = cliRun(t, nil, "threads", "--idle", "10000d", "--db", db.path)
+	assert.Equal(t, 0, res.code)
+	assert.Contains(t, res.stderr, "no LangGraph thread idle for 10000d or more")
+	res = cliRun(t, nil, "threads", "quiet", "--idle", "1d", "--db", db.path)
+	assert.Equal(t, 2, res.code)
+	assert.Contains(t, res.stderr, "--idle lists threads")
+}
