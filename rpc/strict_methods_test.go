@@ -94,7 +94,7 @@ var strictMethods = map[string]strictMethod{
 	protocol.MethodLGPut: {params: protocol.LGPutParams{}, changes: true, att: "abc12", base: map[string]any{"threadId": "t-new", "namespace": "",
 		"checkpointId": "n-1", "parentId": "", "checkpoint": map[string]any{"type": "msgpack", "offset": 0, "length": 3},
 		"channelVersions": map[string]any{"Channel": 1}, "metadata": map[string]any{"Offset": 1},
-		"blobs": []any{map[string]any{"channel": "a", "version": 1, "type": "json", "offset": 3, "length": 2}},
+		"blobs":     []any{map[string]any{"channel": "a", "version": 1, "type": "json", "offset": 3, "length": 2}},
 		"retention": map[string]any{"keepLast": 100}}},
 	protocol.MethodLGPutWrites: {params: protocol.LGPutWritesParams{}, changes: true, att: "12", base: map[string]any{"threadId": "t-keep",
 		"namespace": "", "checkpointId": "lg-2", "taskId": "t9", "taskPath": "p",
