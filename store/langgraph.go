@@ -244,8 +244,132 @@ type ChanVer struct {
 	Version string // canonical (CanonicalVersion)
 }
 
-// ParseVersions reads a channelVersions object keeping its key order.
+// ParseVersions reads a channelVersions object keeping its key order. Every read and prune parses
+// the versions of the checkpoints it walks: the common shape (plain ASCII keys, versions that are
+// plain ASCII strings or numbers) is scanned directly; anything else goes through encoding/json.
 func ParseVersions(raw []byte) ([]ChanVer, error) {
+	if out, ok := parseVersionsFast(raw); ok {
+		return out, nil
+	}
+	return parseVersionsSlow(raw)
+}
+
+// parseVersionsFast scans the common shape of a channelVersions object; ok false: anything else
+// (escapes, non-ASCII, duplicates, bad syntax), which parseVersionsSlow reads or refuses.
+func parseVersionsFast(b []byte) ([]ChanVer, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return nil, skipSpace(b, i+1) == len(b)
+	}
+	out := make([]ChanVer, 0, 8)
+	for {
+		key, j, ok := plainString(b, i)
+		if !ok {
+			return nil, false
+		}
+		i = skipSpace(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		var ver string
+		if i < len(b) && b[i] == '"' {
+			var s string
+			if s, j, ok = plainString(b, i); !ok {
+				return nil, false
+			}
+			ver = `"` + s + `"`
+		} else {
+			j = i
+			for j < len(b) && (b[j] == '-' || b[j] == '+' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || (b[j] >= '0' && b[j] <= '9')) {
+				j++
+			}
+			if !jsonNumber(b[i:j]) {
+				return nil, false
+			}
+			ver = canonicalNumber(json.Number(b[i:j]))
+		}
+		for _, cv := range out {
+			if cv.Channel == key {
+				return nil, false
+			}
+		}
+		out = append(out, ChanVer{key, ver})
+		i = skipSpace(b, j)
+		if i >= len(b) {
+			return nil, false
+		}
+		if b[i] == '}' {
+			return out, skipSpace(b, i+1) == len(b)
+		}
+		if b[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+// plainString reads a JSON string at b[i] made of printable ASCII only, without escapes: its
+// text is its canonical form.
+func plainString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		c := b[j]
+		switch {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// jsonNumber reports whether b is a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func jsonNumber(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
+}
+
+func parseVersionsSlow(raw []byte) ([]ChanVer, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	tok, err := dec.Token()

@@ -179,3 +179,25 @@ func TestSelectLGKeep(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, plan.Drop)
 }
+
+func TestParseVersionsFastMatchesSlow(t *testing.T) {
+	inputs := []string{
+		`{}`, ` { } `, `{"a":1}`, `{"a": "00000000000000000000000000000001.0.123"}`, `{"a":1.0,"b":-0,"c":1e3,"d":1.5E-2}`,
+		`{"a":"x","b":2, "c" : "y" }`, `{"a":"<&>"}`, `{"é":1}`, `{"a":"é"}`, `{"a":"\u00e9"}`, `{"a\"b":1}`,
+		`{"a":1,"a":2}`, `{"a":true}`, `{"a":01}`, `{"a":1.}`, `{"a":-}`, `{"a":1}x`, `{"a":1,}`, `{"a" 1}`, `[1]`,
+		`{"a":9007199254740993}`, `{"a":1e400}`, `{"a":"\u2028"}`,
+	}
+	for _, in := range inputs {
+		fast, ok := parseVersionsFast([]byte(in))
+		slow, err := parseVersionsSlow([]byte(in))
+		if ok {
+			require.NoError(t, err, in)
+			require.Equal(t, slow, fast, in)
+		}
+		got, gerr := ParseVersions([]byte(in))
+		require.Equal(t, err == nil, gerr == nil, in)
+		if err == nil {
+			require.Equal(t, slow, got, in)
+		}
+	}
+}

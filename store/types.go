@@ -49,9 +49,12 @@ type Options struct {
 	// LGDefaultRetention is the retention of LangGraph threads without their own and without the
 	// database's (lg/configure); zero value = keep everything (the default).
 	LGDefaultRetention Retention
-	MaxStateBytes      int64 // default 64 MiB
-	CompressThreshold  int   // zstd above this many bytes (default 4096; < 0: never)
-	CompressInline     bool  // compress on the save path instead of deferring it to a background compactor
+	// SweepInterval is how often the daemon deletes what idle TTLs expired (workflows, LangGraph
+	// threads) and staged values no put took; default one minute.
+	SweepInterval     time.Duration
+	MaxStateBytes     int64 // default 64 MiB
+	CompressThreshold int   // zstd above this many bytes (default 4096; < 0: never)
+	CompressInline    bool  // compress on the save path instead of deferring it to a background compactor
 	// NoCompactor leaves states saved raw by others (a running daemon) alone: no background
 	// compactor, no compression at Close. For short-lived tools; their own saves compress inline.
 	NoCompactor bool

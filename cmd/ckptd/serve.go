@@ -127,6 +127,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	keepLast := fs.Int("keep-last", 10, "default retention: keep the newest `n` checkpoints per workflow and namespace (0 = unlimited)")
 	lgKeepLast := fs.Int("lg-keep-last", 0, "LangGraph threads without a retention of their own: keep the newest `n` checkpoints per thread and namespace (0 = all)")
 	lgIdleTTL := fs.String("lg-idle-ttl", "", "LangGraph threads without a retention of their own: delete a thread no put has touched for `age` (e.g. 30d; default: never)")
+	sweep := fs.String("sweep-interval", "1m", "how often idle workflows and threads are deleted (`age`, e.g. 1m, 10s)")
 	maxState := fs.String("max-state-size", "64MiB", "largest accepted state (`size`, e.g. 64MiB)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -142,6 +143,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	if *lgKeepLast < 0 {
 		return usageError{"--lg-keep-last must be >= 0"}
+	}
+	sweepEvery, err := parseAge(*sweep)
+	if err != nil {
+		return usageError{"--sweep-interval: " + err.Error()}
+	}
+	if sweepEvery < 100*time.Millisecond {
+		return usageError{"--sweep-interval: must be at least 100ms"}
 	}
 	lgRetention := store.Retention{KeepLast: *lgKeepLast}
 	if *lgIdleTTL != "" {
@@ -178,6 +186,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		Durability:         g.durability,
 		DefaultRetention:   retention,
 		LGDefaultRetention: lgRetention,
+		SweepInterval:      sweepEvery,
 		MaxStateBytes:      maxBytes,
 		Logger:             log,
 	}, true)

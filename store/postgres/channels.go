@@ -1025,43 +1025,110 @@ func (s *Store) LGChannelHistory(ctx context.Context, thread, ns, checkpointID s
 	return res, err
 }
 
-// lgAncestry is one (thread, namespace) in a read transaction, for store.ChannelHistory.
+// lgChainBatch is how many ancestors lgAncestry reads with one query.
+const lgChainBatch = 64
+
+// lgAncestry is one (thread, namespace) in a read transaction, for store.ChannelHistory: it
+// reads the parent chain lgChainBatch checkpoints at a time, and their writes with one query per
+// batch.
 type lgAncestry struct {
 	s          *Store
 	ctx        context.Context
 	tx         pgx.Tx
 	thread, ns string
+	nodes      map[string]*store.LGNode
+	writes     map[string][]store.LGWrite // loaded: a key (maybe with no writes)
 }
 
 func (a *lgAncestry) Node(id string) (*store.LGNode, error) {
-	return lgNode(a.ctx, a.tx, a.thread, a.ns, id)
-}
-
-func (a *lgAncestry) Writes(id string) ([]store.LGWrite, error) {
-	rows, err := a.tx.Query(a.ctx, `SELECT task_id, task_path, idx, channel, type, encoding, size, sha256, data
-		FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = $3`, a.thread, a.ns, id)
+	if id == "" {
+		return lgNode(a.ctx, a.tx, a.thread, a.ns, id)
+	}
+	if n, ok := a.nodes[id]; ok {
+		return n, nil
+	}
+	rows, err := a.tx.Query(a.ctx, `WITH RECURSIVE chain(n, id, cid, parent, versions, refs, created) AS (
+		SELECT 0, id, checkpoint_id, parent_id, channel_versions, value_refs, created_at FROM lg_checkpoints
+			WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = $3
+		UNION ALL
+		SELECT chain.n + 1, c.id, c.checkpoint_id, c.parent_id, c.channel_versions, c.value_refs, c.created_at
+			FROM chain JOIN lg_checkpoints c ON c.thread_id = $1 AND c.namespace = $2 AND c.checkpoint_id = chain.parent
+			WHERE chain.n < $4)
+		SELECT id, cid, parent, versions, refs, created FROM chain ORDER BY n`, a.thread, a.ns, id, lgChainBatch-1)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.LGWrite
+	if a.nodes == nil {
+		a.nodes = map[string]*store.LGNode{}
+	}
+	a.nodes[id] = nil
 	for rows.Next() {
-		var w store.LGWrite
-		var enc, size int64
-		var sha, data []byte
-		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &w.Type, &enc, &size, &sha, &data); err != nil {
+		var rowid int64
+		var cid, versions string
+		var parent, refs *string
+		var created time.Time
+		if err := rows.Scan(&rowid, &cid, &parent, &versions, &refs, &created); err != nil {
 			return nil, err
 		}
-		if w.Data, err = store.Unpack(id, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
+		if _, seen := a.nodes[cid]; seen && cid != id {
+			break // a cycle
+		}
+		n, err := store.NewLGNode(rowid, cid, deref(parent), []byte(versions), refBytes(refs))
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, w)
+		n.Created = created.UTC()
+		a.nodes[cid] = n
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	store.SortLGWrites(out)
-	return out, nil
+	return a.nodes[id], nil
+}
+
+func (a *lgAncestry) Writes(id string) ([]store.LGWrite, error) {
+	if ws, ok := a.writes[id]; ok {
+		return ws, nil
+	}
+	ids := []string{id}
+	for cid, n := range a.nodes {
+		if _, ok := a.writes[cid]; !ok && n != nil && cid != id && len(ids) < lgChainBatch {
+			ids = append(ids, cid)
+		}
+	}
+	if a.writes == nil {
+		a.writes = map[string][]store.LGWrite{}
+	}
+	for _, cid := range ids {
+		a.writes[cid] = nil
+	}
+	rows, err := a.tx.Query(a.ctx, `SELECT checkpoint_id, task_id, task_path, idx, channel, type, encoding, size, sha256, data
+		FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = ANY($3)`, a.thread, a.ns, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cid string
+		var w store.LGWrite
+		var enc, size int64
+		var sha, data []byte
+		if err := rows.Scan(&cid, &w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &w.Type, &enc, &size, &sha, &data); err != nil {
+			return nil, err
+		}
+		if w.Data, err = store.Unpack(cid, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
+			return nil, err
+		}
+		a.writes[cid] = append(a.writes[cid], w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, cid := range ids {
+		store.SortLGWrites(a.writes[cid])
+	}
+	return a.writes[id], nil
 }
 
 func (a *lgAncestry) Value(id, channel, version string, variant int) (*store.LGBlob, error) {

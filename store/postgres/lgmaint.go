@@ -108,27 +108,60 @@ func (q lgq) strings(query string, args ...any) ([]string, error) {
 	return out, rows.Err()
 }
 
-func (q lgq) view(thread, ns string) lgPruneView { return lgPruneView{q, thread, ns} }
+func (q lgq) view(thread, ns string) *lgPruneView { return &lgPruneView{q: q, thread: thread, ns: ns} }
 
-// lgPruneView is one (thread, namespace), for store.SelectLGKeep.
+// lgPruneView is one (thread, namespace), for store.SelectLGKeep: it reads the heads of the
+// namespace's values and writes once, on first use (a plan walks many checkpoints).
 type lgPruneView struct {
 	q          lgq
 	thread, ns string
+	values     map[store.LGRefKey]bool // key -> has a non-empty value
+	written    map[string][]string     // checkpoint id -> channels its regular writes write
 }
 
-func (v lgPruneView) HasValue(ch, ver string, variant int) (bool, error) {
-	var typ string
-	err := v.q.queryRow(`SELECT type FROM lg_blobs WHERE thread_id = $1 AND namespace = $2 AND channel = $3 AND version = $4 AND variant = $5`,
-		v.thread, v.ns, ch, ver, variant).Scan(&typ)
-	if noRows(err) {
-		return false, nil
+func (v *lgPruneView) HasValue(ch, ver string, variant int) (bool, error) {
+	if v.values == nil {
+		v.values = map[store.LGRefKey]bool{}
+		rows, err := v.q.query(`SELECT channel, version, variant, type FROM lg_blobs WHERE thread_id = $1 AND namespace = $2`, v.thread, v.ns)
+		if err != nil {
+			return false, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k store.LGRefKey
+			var typ string
+			if err := rows.Scan(&k.Channel, &k.Version, &k.Variant, &typ); err != nil {
+				return false, err
+			}
+			v.values[k] = typ != store.LGEmptyType
+		}
+		if err := rows.Err(); err != nil {
+			return false, err
+		}
 	}
-	return err == nil && typ != store.LGEmptyType, err
+	return v.values[store.LGRefKey{Channel: ch, Version: ver, Variant: variant}], nil
 }
 
-func (v lgPruneView) Written(id string) ([]string, error) {
-	return v.q.strings(`SELECT DISTINCT channel FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = $3 AND idx >= 0`,
-		v.thread, v.ns, id)
+func (v *lgPruneView) Written(id string) ([]string, error) {
+	if v.written == nil {
+		v.written = map[string][]string{}
+		rows, err := v.q.query(`SELECT DISTINCT checkpoint_id, channel FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND idx >= 0`, v.thread, v.ns)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var cp, ch string
+			if err := rows.Scan(&cp, &ch); err != nil {
+				return nil, err
+			}
+			v.written[cp] = append(v.written[cp], ch)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return v.written[id], nil
 }
 
 // lgDeleteNodes removes checkpoints (by row id) of (thread, ns) with their metadata rows and

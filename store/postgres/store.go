@@ -373,7 +373,11 @@ func (s *Store) readRow(ctx context.Context, q string, args []any, dest ...any) 
 
 func (s *Store) idleLoop() {
 	defer s.bgWG.Done()
-	t := time.NewTicker(time.Minute)
+	every := s.opts.SweepInterval
+	if every <= 0 {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

@@ -1017,24 +1017,117 @@ func (s *Store) LGChannelHistory(ctx context.Context, thread, ns, checkpointID s
 	var res store.LGHistoryResult
 	err := s.lgRead(ctx, "lg channel history", func(r *lgReader) error {
 		var err error
-		res, err = store.ChannelHistory(lgAncestry{r, thread, ns}, checkpointID, channels)
+		res, err = store.ChannelHistory(&lgAncestry{r: r, thread: thread, ns: ns}, checkpointID, channels)
 		return err
 	})
 	return res, err
 }
 
-// lgAncestry is one (thread, namespace) of an lgReader, for store.ChannelHistory.
+// lgChainBatch is how many ancestors lgAncestry reads with one query.
+const lgChainBatch = 64
+
+// lgAncestry is one (thread, namespace) of an lgReader, for store.ChannelHistory: it reads the
+// parent chain lgChainBatch checkpoints at a time, and their writes with one query per batch.
 type lgAncestry struct {
 	r          *lgReader
 	thread, ns string
+	nodes      map[string]*store.LGNode
+	writes     map[string][]store.LGWrite // loaded: a key (maybe with no writes)
 }
 
-func (a lgAncestry) Node(id string) (*store.LGNode, error) {
-	return lgNodeByID(a.r.ctx, a.r.tx, a.thread, a.ns, id)
+func (a *lgAncestry) Node(id string) (*store.LGNode, error) {
+	if n, ok := a.nodes[id]; ok || id == "" {
+		if id == "" {
+			return lgNodeByID(a.r.ctx, a.r.tx, a.thread, a.ns, "")
+		}
+		return n, nil
+	}
+	rows, err := a.r.s.query(a.r.ctx, a.r.tx, `WITH RECURSIVE chain(n, id, cid, parent, versions, refs, created) AS (
+		SELECT 0, id, checkpoint_id, parent_id, channel_versions, value_refs, created_at FROM lg_checkpoints
+			WHERE thread_id = ?1 AND namespace = ?2 AND checkpoint_id = ?3
+		UNION ALL
+		SELECT chain.n + 1, c.id, c.checkpoint_id, c.parent_id, c.channel_versions, c.value_refs, c.created_at
+			FROM chain JOIN lg_checkpoints c ON c.thread_id = ?1 AND c.namespace = ?2 AND c.checkpoint_id = chain.parent
+			WHERE chain.n < ?4)
+		SELECT id, cid, parent, versions, refs, created FROM chain`, a.thread, a.ns, id, lgChainBatch-1)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	if a.nodes == nil {
+		a.nodes = map[string]*store.LGNode{}
+	}
+	a.nodes[id] = nil // none unless the first row says otherwise
+	for rows.Next() {
+		var rowid, created int64
+		var cid, versions string
+		var parent sql.NullString
+		var refs []byte
+		if err := rows.Scan(&rowid, &cid, &parent, &versions, &refs, &created); err != nil {
+			return nil, err
+		}
+		if _, seen := a.nodes[cid]; seen && cid != id {
+			break // a cycle
+		}
+		n, err := store.NewLGNode(rowid, cid, parent.String, []byte(versions), refs)
+		if err != nil {
+			return nil, err
+		}
+		n.Created = time.UnixMicro(created).UTC()
+		a.nodes[cid] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return a.nodes[id], nil
 }
 
-func (a lgAncestry) Writes(id string) ([]store.LGWrite, error) { return a.r.writes(a.thread, a.ns, id) }
+func (a *lgAncestry) Writes(id string) ([]store.LGWrite, error) {
+	if ws, ok := a.writes[id]; ok {
+		return ws, nil
+	}
+	// this checkpoint's and those of the other read ancestors whose writes are not loaded yet
+	ids := []any{a.thread, a.ns, id}
+	for cid, n := range a.nodes {
+		if _, ok := a.writes[cid]; !ok && n != nil && cid != id && len(ids) < lgChainBatch+2 {
+			ids = append(ids, cid)
+		}
+	}
+	if a.writes == nil {
+		a.writes = map[string][]store.LGWrite{}
+	}
+	for _, cid := range ids[2:] {
+		a.writes[cid.(string)] = nil
+	}
+	rows, err := a.r.s.query(a.r.ctx, a.r.tx, `SELECT checkpoint_id, task_id, task_path, idx, channel, type, encoding, size, sha256, data
+		FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id IN (?`+strings.Repeat(`,?`, len(ids)-3)+`)`, ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cid string
+		var w store.LGWrite
+		var enc, size int64
+		var sha, data []byte
+		if err := rows.Scan(&cid, &w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &w.Type, &enc, &size, &sha, &data); err != nil {
+			return nil, err
+		}
+		if w.Data, err = store.Unpack(cid, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
+			return nil, err
+		}
+		a.r.bytes += int64(len(w.Data))
+		a.writes[cid] = append(a.writes[cid], w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, cid := range ids[2:] {
+		store.SortLGWrites(a.writes[cid.(string)])
+	}
+	return a.writes[id], nil
+}
 
-func (a lgAncestry) Value(id, channel, version string, variant int) (*store.LGBlob, error) {
+func (a *lgAncestry) Value(id, channel, version string, variant int) (*store.LGBlob, error) {
 	return a.r.blob(a.thread, a.ns, id, channel, version, variant)
 }

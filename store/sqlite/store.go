@@ -147,6 +147,9 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		opts.Now = time.Now
 	}
 	if opts.idleInterval == 0 {
+		opts.idleInterval = opts.SweepInterval
+	}
+	if opts.idleInterval <= 0 {
 		opts.idleInterval = time.Minute
 	}
 	if opts.busyTimeout == 0 {

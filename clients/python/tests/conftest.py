@@ -98,6 +98,7 @@ def pg_url(pg_base_url: str) -> str:
 
 _LANGGRAPH_GROUPS = {
     "test_langgraph_saver.py": ("LangGraph saver tests", ("langgraph.graph", "langgraph.checkpoint.base")),
+    "test_langgraph_fidelity.py": ("LangGraph fidelity tests", ("langgraph.graph", "langgraph.checkpoint.sqlite")),
     "test_langgraph_conformance.py": ("LangGraph conformance suite", (
         "langgraph.checkpoint.base", "langgraph.checkpoint.conformance", "langgraph.checkpoint.sqlite")),
 }

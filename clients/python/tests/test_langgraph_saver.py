@@ -9,6 +9,7 @@ test_langgraph_conformance.py for the install command).
 
 import asyncio
 import datetime
+import math
 import operator
 import os
 import subprocess
@@ -150,7 +151,7 @@ def test_metadata_json_and_filters(saver: Any) -> None:
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "user": "ann", "langgraph_step": 3}, "metadata": {"tag": "x"}}
     c = saver.put(config, ckpt({}, {}), {**md(2), "when": when, "id": uuid.UUID(int=1), "score": 1.0, "bad": float("nan")}, {})
     t = saver.get_tuple(c)
-    assert t.metadata["bad"] == "nan"  # JSON has no NaN: it becomes a string instead of breaking the request
+    assert math.isnan(t.metadata["bad"])  # as SqliteSaver: the float it was (tagged on the wire)
     assert t.metadata["when"] == when.isoformat() and t.metadata["id"] == str(uuid.UUID(int=1))
     assert t.metadata["user"] == "ann" and t.metadata["tag"] == "x" and "langgraph_step" not in t.metadata
     assert [x.metadata["step"] for x in saver.list(None, filter={"score": 1})] == [2]  # numbers compare by value

@@ -5,9 +5,17 @@ Needs the optional extra: ``pip install 'ckptd[langgraph]'`` (it pulls ``langgra
 
 Channel values are stored once per ``(thread, namespace, channel, version)`` (docs/protocol.md,
 "LangGraph channel storage"): ``put`` sends only the channels named in ``new_versions``, and
-``get_tuple`` fetches a checkpoint with every channel value it refers to in one round trip. Every
-value goes through the saver's ``serde`` (``dumps_typed`` / ``loads_typed``) and travels as raw bytes
-in the frame attachment, never as base64 or JSON.
+``get_tuple`` fetches a checkpoint with every channel value it refers to in one round trip; each
+checkpoint reads the values its own put stored, also when a replayed branch makes a version another
+branch used. Every value goes through the saver's ``serde`` (``dumps_typed`` / ``loads_typed``) and
+travels as raw bytes in the frame attachment, never as base64 or JSON; values that do not fit one
+frame together (``--max-state-size`` applies per value) are sent ahead one by one.
+
+The saver behaves like LangGraph's ``SqliteSaver``: ``list(filter=...)`` compares metadata with
+Python's ``==`` (``{"flag": 1}`` matches ``True``, ``{"key": None}`` matches a checkpoint without
+the key), any ``thread_id`` is taken (``""`` too; up to 2048 bytes), metadata floats ``nan`` and
+``inf`` come back as the floats they were, and ``get_tuple`` with a ``checkpoint_id`` hands back the
+caller's config. ``retention=`` bounds long threads (opt-in; see :class:`CkptdSaver`).
 
 Example::
 
@@ -30,6 +38,7 @@ import datetime
 import enum
 import json
 import math
+import numbers
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -63,6 +72,21 @@ __all__ = ["CkptdSaver", "EMPTY_TYPE"]
 EMPTY_TYPE = "empty"
 #: Largest ``limit`` one ``lg/list`` request takes; larger limits are paged.
 _MAX_LIMIT = 100000
+#: Attachment budget of one request when the daemon does not say (its default --max-state-size).
+_DEFAULT_MAX_BYTES = 64 << 20
+#: Metadata tags (docs/protocol.md, lg/put): JSON has no NaN or infinities, so such a float is
+#: stored as {"$ckptd.float": "NaN" | "Infinity" | "-Infinity"}; an object of the caller's that
+#: looks like a tag (one member named "$ckptd....") is stored wrapped in {"$ckptd.object": {...}}.
+_TAG_PREFIX = "$ckptd."
+_FLOAT_TAG = "$ckptd.float"
+_OBJECT_TAG = "$ckptd.object"
+#: Retention keys of ``CkptdSaver(retention=...)`` and their wire names.
+_RETENTION_KEYS = {
+    "keep_last": "keepLast",
+    "keep_first": "keepFirst",
+    "max_age_seconds": "maxAgeSeconds",
+    "idle_ttl_seconds": "idleTtlSeconds",
+}
 
 _Segment = Dict[str, Any]
 
@@ -108,20 +132,76 @@ def _json_default(o: Any) -> Any:
     return repr(o)
 
 
-def _finite(v: Any) -> Any:
-    """v with NaN and infinities (which JSON cannot carry) replaced by their names."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
+def _tag(v: Any) -> Any:
+    """v with NaN and infinities (which JSON cannot carry) as float tags, and objects that look
+    like a tag wrapped (see _FLOAT_TAG)."""
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return v
+        return {_FLOAT_TAG: "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")}
     if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
+        out = {k: _tag(x) for k, x in v.items()}
+        if len(out) == 1 and next(iter(out)).startswith(_TAG_PREFIX):
+            return {_OBJECT_TAG: out}
+        return out
     if isinstance(v, list):
-        return [_finite(x) for x in v]
+        return [_tag(x) for x in v]
+    return v
+
+
+def _untag(v: Any) -> Any:
+    """The inverse of _tag."""
+    if isinstance(v, dict):
+        if len(v) == 1:
+            k, x = next(iter(v.items()))
+            if k == _FLOAT_TAG and x in ("NaN", "Infinity", "-Infinity"):
+                return float(x)
+            if k == _OBJECT_TAG and isinstance(x, dict):
+                return {kk: _untag(xx) for kk, xx in x.items()}
+        return {k: _untag(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_untag(x) for x in v]
     return v
 
 
 def _json_value(v: Any) -> Any:
-    """A JSON-ready copy of v (as json.loads(json.dumps(v)) would give, NaN made a string)."""
-    return _finite(json.loads(json.dumps(v, default=_json_default, ensure_ascii=False)))
+    """A JSON-ready copy of v (as json.loads(json.dumps(v)) gives, what SqliteSaver stores), with
+    NaN and infinities tagged so that they come back as the floats they were."""
+    return _tag(json.loads(json.dumps(v, default=_json_default, ensure_ascii=False)))
+
+
+def _has_nan(v: Any) -> bool:
+    if isinstance(v, float):
+        return v != v
+    if isinstance(v, dict):
+        return any(_has_nan(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_has_nan(x) for x in v)
+    return False
+
+
+def _retention_params(retention: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The wire form of a ``retention=`` option (ValueError naming what is wrong)."""
+    if retention is None:
+        return None
+    if not isinstance(retention, Mapping):
+        raise ValueError("retention must be a dict such as {'keep_last': 20, 'idle_ttl_seconds': 2592000}")
+    out: Dict[str, Any] = {}
+    for key, value in retention.items():
+        wire = _RETENTION_KEYS.get(key)
+        if wire is None:
+            raise ValueError(
+                "retention: unknown key %r (known: %s)" % (key, ", ".join(sorted(_RETENTION_KEYS)))
+            )
+        if key == "keep_first":
+            if not isinstance(value, bool):
+                raise ValueError("retention: keep_first must be True or False")
+            out[wire] = value
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0 or value != int(value):
+            raise ValueError("retention: %s must be a whole number >= 0 (0 = off), not %r" % (key, value))
+        out[wire] = int(value)
+    return out
 
 
 def _thread_id(config: RunnableConfig) -> str:
@@ -141,6 +221,14 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         then leaves it open on :meth:`close`.
     :param serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
     :param args: extra daemon arguments (e.g. ``["--durability", "normal"]``) when the saver starts it.
+    :param retention: opt-in retention of the threads this saver writes (LangGraph keeps every
+        checkpoint by default): ``{"keep_last": 20, "keep_first": False, "max_age_seconds": 0,
+        "idle_ttl_seconds": 2592000}``, keys optional, 0 = off. After each put the daemon keeps
+        the ``keep_last`` newest checkpoints of the put's thread and namespace (and the first one
+        with ``keep_first``, none older than ``max_age_seconds``), plus every checkpoint a kept
+        one's delta-channel replay needs and the put's parent; a thread no put has touched for
+        ``idle_ttl_seconds`` is deleted by the daemon's next sweep. Sent with each put, it becomes
+        the thread's own retention (docs/protocol.md, ``lg/configure``).
 
     Other keyword arguments go to :class:`ckptd.Client` (``request_timeout``, ``on_fork``, ...).
     A saver created before a fork (gunicorn ``--preload``, Celery prefork, ``multiprocessing``) is
@@ -158,9 +246,11 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         *,
         serde: Optional[SerializerProtocol] = None,
         args: Sequence[str] = (),
+        retention: Optional[Mapping[str, Any]] = None,
         **client_kwargs: Any,
     ) -> None:
         super().__init__(serde=serde)
+        self._retention = _retention_params(retention)
         if client is not None:
             if db is not None or binary is not None or args or client_kwargs:
                 raise ValueError("give either client or db/binary/args, not both")
@@ -169,6 +259,8 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         else:
             self.client = Client(db=db, binary=binary, args=args, client_name="ckptd-langgraph", **client_kwargs)
             self._owns_client = True
+        if self._retention is not None and not self._lg_capability("retention"):
+            raise ValueError("retention needs a ckptd that keeps LangGraph retention (lg/configure): upgrade the ckptd binary")
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
@@ -204,42 +296,81 @@ class CkptdSaver(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------------------------------
     # Wire helpers
 
+    def _lg_capability(self, name: str) -> Any:
+        caps = self.client.capabilities.get("langgraph")
+        return caps.get(name) if isinstance(caps, dict) else None
+
+    def _frame_budget(self) -> int:
+        """The largest attachment one request may carry (the daemon's --max-state-size)."""
+        limit = self.client.capabilities.get("maxStateBytes")
+        return limit if isinstance(limit, int) and limit > 0 else _DEFAULT_MAX_BYTES
+
+    def _send(
+        self, method: str, params: Dict[str, Any], segments: List[Tuple[Dict[str, Any], bytes]], thread: str
+    ) -> Any:
+        """Sends a request whose byte strings are segments (each a param dict to complete and its
+        bytes): in one attachment when they fit one frame, else the largest go ahead one by one
+        with lg/putValue and the request names them by valueId."""
+        total = sum(len(b) for _, b in segments)
+        staged = set()
+        if total > self._frame_budget() and self._lg_capability("putValue"):
+            for i in sorted(range(len(segments)), key=lambda i: -len(segments[i][1])):
+                if total <= self._frame_budget():
+                    break
+                seg, data = segments[i]
+                if not data:
+                    break
+                res, _ = self.client.request(
+                    "lg/putValue", {"threadId": thread, "type": seg["type"], "offset": 0, "length": len(data)}, data
+                )
+                del seg["type"]
+                seg["valueId"] = res["valueId"]
+                staged.add(i)
+                total -= len(data)
+        pk = _Packer()
+        for i, (seg, data) in enumerate(segments):
+            if i not in staged:
+                seg.update(pk.add(seg["type"], data))
+        res, _ = self.client.request(method, params, pk.attachment())
+        return res
+
     def _loads(self, seg: Mapping[str, Any], att: Optional[bytes]) -> Any:
         off, n = seg["offset"], seg["length"]
         data = att[off : off + n] if (att is not None and n) else b""
         return self.serde.loads_typed((seg["type"], data))
 
-    def _tuple(self, t: Mapping[str, Any], att: Optional[bytes]) -> CheckpointTuple:
+    def _tuple(self, t: Mapping[str, Any], att: Optional[bytes], config: Optional[RunnableConfig] = None) -> CheckpointTuple:
         checkpoint = self._loads(t["checkpoint"], att)
         checkpoint["channel_values"] = {b["channel"]: self._loads(b, att) for b in t["blobs"]}
         thread, ns = t["threadId"], t["namespace"]
-        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": t["checkpointId"]}}
+        if config is None:
+            config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": t["checkpointId"]}}
         parent = t.get("parentId")
         parent_config = (
             {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None
         )
         writes = [(w["taskId"], w["channel"], self._loads(w, att)) for w in t["writes"]]
-        return CheckpointTuple(config, checkpoint, t.get("metadata") or {}, parent_config, writes)
+        return CheckpointTuple(config, checkpoint, _untag(t.get("metadata") or {}), parent_config, writes)
 
     def _put_request(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
-    ) -> Tuple[Dict[str, Any], Optional[bytes], RunnableConfig]:
+    ) -> Tuple[Dict[str, Any], List[Tuple[Dict[str, Any], bytes]], RunnableConfig]:
         conf = config["configurable"]
         thread = _thread_id(config)
         ns = conf.get("checkpoint_ns") or ""
         stored = dict(checkpoint)
         values = stored.pop("channel_values", None) or {}
-        pk = _Packer()
-        cp_seg = pk.add(*self.serde.dumps_typed(stored))
+        typ, data = self.serde.dumps_typed(stored)
+        cp_seg: Dict[str, Any] = {"type": typ}
+        segments: List[Tuple[Dict[str, Any], bytes]] = [(cp_seg, data)]
         blobs = []
         for channel, version in new_versions.items():
             if channel in values:
                 typ, data = self.serde.dumps_typed(values[channel])
             else:
                 typ, data = EMPTY_TYPE, b""
-            seg = pk.add(typ, data)
-            seg["channel"] = channel
-            seg["version"] = version
+            seg: Dict[str, Any] = {"channel": channel, "version": version, "type": typ}
+            segments.append((seg, data))
             blobs.append(seg)
         params: Dict[str, Any] = {
             "threadId": thread,
@@ -253,19 +384,21 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         parent = conf.get("checkpoint_id")
         if parent:
             params["parentId"] = parent
+        if self._retention is not None:
+            params["retention"] = self._retention
         next_config = {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
-        return params, pk.attachment(), next_config
+        return params, segments, next_config
 
     def _writes_request(
         self, config: RunnableConfig, writes: Sequence[Tuple[str, Any]], task_id: str, task_path: str
-    ) -> Tuple[Dict[str, Any], Optional[bytes]]:
+    ) -> Tuple[Dict[str, Any], List[Tuple[Dict[str, Any], bytes]]]:
         conf = config["configurable"]
-        pk = _Packer()
+        segments: List[Tuple[Dict[str, Any], bytes]] = []
         items = []
         for idx, (channel, value) in enumerate(writes):
-            seg = pk.add(*self.serde.dumps_typed(value))
-            seg["channel"] = channel
-            seg["idx"] = WRITES_IDX_MAP.get(channel, idx)
+            typ, data = self.serde.dumps_typed(value)
+            seg: Dict[str, Any] = {"channel": channel, "idx": WRITES_IDX_MAP.get(channel, idx), "type": typ}
+            segments.append((seg, data))
             items.append(seg)
         params = {
             "threadId": _thread_id(config),
@@ -275,7 +408,7 @@ class CkptdSaver(BaseCheckpointSaver[str]):
             "taskPath": task_path,
             "writes": items,
         }
-        return params, pk.attachment()
+        return params, segments
 
     @staticmethod
     def _get_params(config: RunnableConfig) -> Dict[str, Any]:
@@ -300,6 +433,7 @@ class CkptdSaver(BaseCheckpointSaver[str]):
             params["checkpointId"] = conf["checkpoint_id"]
         if filter:
             params["metadata"] = _json_value(filter)
+            params["metadataMatch"] = "python"
         if before is not None:
             before_id = get_checkpoint_id(before)
             if before_id:
@@ -330,10 +464,13 @@ class CkptdSaver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the latest of its thread and
-        namespace) with its channel values and pending writes; ``None`` if there is none."""
+        namespace) with its channel values and pending writes; ``None`` if there is none. As
+        SqliteSaver, a ``config`` naming a ``checkpoint_id`` is the tuple's config as given."""
         res, att = self.client.request("lg/get", self._get_params(config))
         t = res.get("tuple")
-        return None if t is None else self._tuple(t, att)
+        if t is None:
+            return None
+        return self._tuple(t, att, config if get_checkpoint_id(config) else None)
 
     def list(
         self,
@@ -345,9 +482,12 @@ class CkptdSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first (by checkpoint id). ``config`` without ``thread_id``: every
         thread; without ``checkpoint_ns``: every namespace. ``filter`` matches top-level metadata
-        keys exactly; ``before`` is a config whose checkpoint id bounds the result."""
+        keys with Python's ``==`` (as SqliteSaver: ``{"k": None}`` also matches checkpoints without
+        ``k``, ``1`` matches ``True``); ``before`` is a config whose checkpoint id bounds the result."""
         if limit is not None and limit <= 0:
             return
+        if filter and _has_nan(filter):
+            return  # nan == x is never true
         params = self._list_params(config, filter, before)
         remaining = limit
         while True:
@@ -366,16 +506,16 @@ class CkptdSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Stores ``checkpoint`` with the values of the channels in ``new_versions``; returns once it
         is committed at the daemon's durability."""
-        params, att, next_config = self._put_request(config, checkpoint, metadata, new_versions)
-        self.client.request("lg/put", params, att)
+        params, segments, next_config = self._put_request(config, checkpoint, metadata, new_versions)
+        self._send("lg/put", params, segments, params["threadId"])
         return next_config
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[Tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         """Stores a task's pending writes against the checkpoint ``config`` names."""
-        params, att = self._writes_request(config, writes, task_id, task_path)
-        self.client.request("lg/putWrites", params, att)
+        params, segments = self._writes_request(config, writes, task_id, task_path)
+        self._send("lg/putWrites", params, segments, params["threadId"])
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes every checkpoint, write and channel value of the thread (all namespaces)."""
@@ -421,6 +561,8 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         limit: Optional[int] = None,
     ) -> AsyncIterator[CheckpointTuple]:
         if limit is not None and limit <= 0:
+            return
+        if filter and _has_nan(filter):
             return
         params = self._list_params(config, filter, before)
         remaining = limit
