@@ -164,3 +164,42 @@ def test_conformance_sqlite_reference(tmp_path: Path) -> None:
     # the suite itself works here: the async reference saver passes the base capabilities
     assert reports["AsyncSqliteSaver"].passed_all_base()
     assert reports["SqliteSaver (async shim)"].passed_all_base()
+
+
+# With retention the suite's history tests (several checkpoints of one thread put, then listed,
+# copied or deleted by run) see fewer checkpoints than they put; nothing else may differ.
+_HISTORY_TESTS_KEEP_LAST_1 = {
+    "copy_thread": {"test_copy_thread_basic"},
+    "delete_for_runs": {"test_delete_for_runs_multiple", "test_delete_for_runs_preserves_other_runs"},
+    "list": {"test_list_all", "test_list_by_thread", "test_list_ordering", "test_list_metadata_filter_single_key",
+             "test_list_metadata_filter_step", "test_list_metadata_custom_keys", "test_list_before",
+             "test_list_combined_thread_and_filter"},
+    "put": {"test_put_multiple_checkpoints_same_thread"},
+}
+
+
+@pytest.mark.parametrize("keep_last", [20, 1])
+def test_conformance_with_retention(ckptd_bin: str, tmp_path: Path, keep_last: int) -> None:
+    """keep_last=20 (more than any test of the suite puts in a thread): everything passes;
+    keep_last=1: only the history tests listed above fail."""
+    require("langgraph.checkpoint.conformance", "ckptd.langgraph")
+    from langgraph.checkpoint.conformance import checkpointer_test, validate
+
+    from ckptd.langgraph import CkptdSaver
+
+    n = [0]
+
+    @checkpointer_test(name="CkptdSaver keep_last=%d" % keep_last)
+    async def ckptd_saver() -> Any:
+        n[0] += 1
+        saver = CkptdSaver(db=str(tmp_path / ("suite-%d.db" % n[0])), binary=ckptd_bin, retention={"keep_last": keep_last})
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    report = asyncio.run(validate(ckptd_saver))
+    _print(report)
+    failed = {name: {f.split(":", 1)[0].strip() for f in r.failures} for name, r in report.results.items() if r.failures}
+    assert all(r.detected and r.tests_skipped == 0 for r in report.results.values())
+    assert failed == ({} if keep_last == 20 else _HISTORY_TESTS_KEEP_LAST_1), failed

@@ -12,9 +12,16 @@
  * Speaks the "LangGraph channel storage" methods of the protocol (`lg/*`, `thread/*`, see
  * docs/protocol.md): channel values are stored once per (thread, namespace, channel, version), a
  * `put` sends only the channels named in `newVersions`, and `getTuple` gets a checkpoint with
- * every channel value it refers to in one round trip. Every byte string (checkpoint, channel
- * values, write values) is serialized with the saver's `serde` and travels as a segment of the
- * frame attachment, never as base64 or inline JSON.
+ * every channel value it refers to in one round trip; each checkpoint reads the values its own put
+ * stored, also when a replayed branch makes a version another branch used. Every byte string
+ * (checkpoint, channel values, write values) is serialized with the saver's `serde` and travels as
+ * a segment of the frame attachment, never as base64 or inline JSON; values that do not fit one
+ * frame together go ahead one by one (`lg/putValue`: the size limit is per value).
+ *
+ * It selects what LangGraph.js's `SqliteSaver` selects: `list({filter})` compares metadata as
+ * JSON texts (`true` is not `1`, a missing key matches nothing), thread ids may be any string up to
+ * 2048 bytes, and `getTuple` with a `checkpoint_id` hands back the caller's config. `retention`
+ * bounds long threads (opt-in; see {@link CkptdSaverOptions}).
  *
  * Needs the peer dependency `@langchain/langgraph-checkpoint` (the core `ckptd` client has no
  * dependencies).
@@ -42,6 +49,21 @@ import {
 import { Client, type ClientOptions } from "./client.js";
 import "./dispose.js";
 
+/**
+ * Opt-in retention of the threads a saver writes (LangGraph keeps every checkpoint by default);
+ * every field optional, 0 = off. After each put the daemon keeps the `keepLast` newest checkpoints
+ * of the put's thread and namespace (the first one too with `keepFirst`, none older than
+ * `maxAgeSeconds`), plus every checkpoint a kept one's delta-channel replay needs and the put's
+ * parent; a thread no put has touched for `idleTtlSeconds` is deleted by the daemon's next sweep.
+ * Sent with each put, it becomes the thread's own retention (docs/protocol.md, `lg/configure`).
+ */
+export interface CkptdRetention {
+  keepLast?: number;
+  keepFirst?: boolean;
+  maxAgeSeconds?: number;
+  idleTtlSeconds?: number;
+}
+
 /** Options of {@link CkptdSaver}: either a database (a daemon is spawned) or an existing client. */
 export type CkptdSaverOptions =
   | (Omit<ClientOptions, "db"> & {
@@ -50,13 +72,39 @@ export type CkptdSaverOptions =
       client?: undefined;
       /** Serializer (default: LangGraph's `JsonPlusSerializer`). */
       serde?: SerializerProtocol;
+      retention?: CkptdRetention;
     })
   | {
       /** A started client; the saver does not close it. */
       client: Client;
       db?: undefined;
       serde?: SerializerProtocol;
+      retention?: CkptdRetention;
     };
+
+const RETENTION_KEYS = new Set(["keepLast", "keepFirst", "maxAgeSeconds", "idleTtlSeconds"]);
+
+/** Validates a `retention` option (TypeError naming what is wrong) and copies it. */
+function checkRetention(r: unknown): CkptdRetention | undefined {
+  if (r === undefined || r === null) return undefined;
+  if (typeof r !== "object" || Array.isArray(r)) {
+    throw new TypeError("CkptdSaver: retention must be an object such as {keepLast: 20, idleTtlSeconds: 2592000}");
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(r)) {
+    if (v === undefined) continue;
+    if (!RETENTION_KEYS.has(k)) {
+      throw new TypeError(`CkptdSaver: retention: unknown key "${k}" (known: ${[...RETENTION_KEYS].join(", ")})`);
+    }
+    if (k === "keepFirst") {
+      if (typeof v !== "boolean") throw new TypeError("CkptdSaver: retention.keepFirst must be true or false");
+    } else if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) {
+      throw new TypeError(`CkptdSaver: retention.${k} must be a whole number >= 0 (0 = off), not ${String(v)}`);
+    }
+    out[k] = v;
+  }
+  return out as CkptdRetention;
+}
 
 /** `{offset, length}` of a byte string in a frame attachment (protocol: "segments"). */
 interface Segment {
@@ -91,6 +139,8 @@ interface WireWrite extends TypedSegment {
 const EMPTY = new Uint8Array(0);
 /** `lg/list`'s largest `limit`; larger limits are applied client-side. */
 const MAX_LIST_LIMIT = 100_000;
+/** A request's attachment budget when the daemon does not say (its default --max-state-size). */
+const DEFAULT_MAX_BYTES = 64 * 1024 * 1024;
 /** Metadata's encoding (it must be JSON for ckptd to filter on it), whatever the saver's serde. */
 const metadataSerde = new JsonPlusSerializer();
 const utf8Decoder = new TextDecoder("utf-8");
@@ -236,12 +286,15 @@ function makeConfig(threadId: string, namespace: string, checkpointId: string): 
  *   `Client.start`'s); `new CkptdSaver({ client })` uses an existing {@link Client}.
  * - `await saver.close()` (or `await using`) shuts down a daemon the saver started.
  * - Durability is ckptd's: `put` resolves after the commit (power-loss safe at the default
- *   `--durability full`). LangGraph data is not subject to ckptd's retention (`--keep-last`).
+ *   `--durability full`). LangGraph threads are not subject to the checkpoints' retention
+ *   (`--keep-last`); their own is opt-in: the `retention` option, `lg/configure`, or the daemon's
+ *   `--lg-keep-last` / `--lg-idle-ttl`.
  */
 export class CkptdSaver extends BaseCheckpointSaver {
   private clientPromise: Promise<Client> | null;
   private readonly ownsClient: boolean;
   private readonly startOptions: ClientOptions | null;
+  private readonly retention: CkptdRetention | undefined;
   private closed = false;
 
   constructor(options: CkptdSaverOptions) {
@@ -249,6 +302,7 @@ export class CkptdSaver extends BaseCheckpointSaver {
     if (options === undefined || options === null || typeof options !== "object") {
       throw new TypeError("CkptdSaver: options {db} or {client} are required");
     }
+    this.retention = checkRetention(options.retention);
     if (options.client !== undefined) {
       if (!(options.client instanceof Client)) throw new TypeError("CkptdSaver: options.client must be a ckptd Client");
       this.clientPromise = Promise.resolve(options.client);
@@ -256,7 +310,7 @@ export class CkptdSaver extends BaseCheckpointSaver {
       this.startOptions = null;
     } else {
       if (typeof options.db !== "string" || options.db === "") throw new TypeError("CkptdSaver: options.db (a database path) or options.client is required");
-      const { serde: _serde, client: _client, ...clientOptions } = options;
+      const { serde: _serde, client: _client, retention: _retention, ...clientOptions } = options;
       this.startOptions = { clientName: "ckptd-ts/langgraph", ...clientOptions };
       this.clientPromise = null;
       this.ownsClient = true;
@@ -300,6 +354,37 @@ export class CkptdSaver extends BaseCheckpointSaver {
   private async rpc(method: string, params: unknown, attachment?: Uint8Array | null): Promise<{ result: unknown; attachment: Uint8Array | null }> {
     const c = await this.client();
     return c.call(method, params, attachment ? { attachment } : {});
+  }
+
+  /**
+   * Sends a request whose byte strings are `segments` (each a params object to complete, and its
+   * bytes): in one attachment when they fit one frame (the daemon's `maxStateBytes`), else the
+   * largest go ahead one by one with `lg/putValue` and the request names them by `valueId`.
+   */
+  private async send(method: string, params: Record<string, unknown>, segments: [Record<string, unknown>, Uint8Array][], threadId: string): Promise<void> {
+    const c = await this.client();
+    const caps = c.serverInfo?.capabilities;
+    const budget = typeof caps?.maxStateBytes === "number" && caps.maxStateBytes > 0 ? caps.maxStateBytes : DEFAULT_MAX_BYTES;
+    let total = segments.reduce((n, [, b]) => n + b.byteLength, 0);
+    const staged = new Set<number>();
+    if (total > budget && caps?.langgraph?.putValue) {
+      const bySize = segments.map((_, i) => i).sort((a, b) => segments[b]![1].byteLength - segments[a]![1].byteLength);
+      for (const i of bySize) {
+        if (total <= budget) break;
+        const [seg, bytes] = segments[i]!;
+        if (bytes.byteLength === 0) break;
+        const { result } = await c.call("lg/putValue", { threadId, type: seg["type"], offset: 0, length: bytes.byteLength }, { attachment: bytes });
+        delete seg["type"];
+        seg["valueId"] = (result as { valueId: number }).valueId;
+        staged.add(i);
+        total -= bytes.byteLength;
+      }
+    }
+    const att = new AttachmentBuilder();
+    segments.forEach(([seg, bytes], i) => {
+      if (!staged.has(i)) Object.assign(seg, att.add(bytes));
+    });
+    await this.rpc(method, params, att.build());
   }
 
   // -------------------------------------------------------------------------------------------
@@ -401,13 +486,17 @@ export class CkptdSaver extends BaseCheckpointSaver {
   async getTuple(config: RunnableConfig): Promise<CheckpointTuple | undefined> {
     const c = config?.configurable;
     const threadId = c?.["thread_id"];
-    if (threadId === undefined || threadId === null || threadId === "") return undefined;
+    if (threadId === undefined || threadId === null) return undefined;
     const checkpointId = getCheckpointId(config);
     const params: Record<string, unknown> = { threadId: String(threadId), namespace: namespaceOf(c) };
     if (checkpointId) params["checkpointId"] = String(checkpointId);
     const { result, attachment } = await this.rpc("lg/get", params);
     const t = (result as { tuple: WireTuple | null }).tuple;
-    return t === null || t === undefined ? undefined : this.decodeTuple(t, attachment);
+    if (t === null || t === undefined) return undefined;
+    const tuple = await this.decodeTuple(t, attachment);
+    // as SqliteSaver: a config naming a checkpoint_id is the tuple's config as given
+    if (checkpointId) tuple.config = config;
+    return tuple;
   }
 
   async *list(config: RunnableConfig, options?: CheckpointListOptions): AsyncGenerator<CheckpointTuple> {
@@ -424,7 +513,10 @@ export class CkptdSaver extends BaseCheckpointSaver {
     if (beforeId !== undefined && beforeId !== null && beforeId !== "") params["before"] = String(beforeId);
     if (filter !== undefined && filter !== null) {
       const f = Object.fromEntries(Object.entries(filter).filter(([, v]) => v !== undefined));
-      if (Object.keys(f).length > 0) params["metadata"] = await this.metadataToWire(f as CheckpointMetadata);
+      if (Object.keys(f).length > 0) {
+        params["metadata"] = await this.metadataToWire(f as CheckpointMetadata);
+        params["metadataMatch"] = "javascript"; // JSON texts compared, as SqliteSaver does
+      }
     }
     let remaining = Infinity;
     if (limit !== undefined && limit !== null) {
@@ -461,7 +553,6 @@ export class CkptdSaver extends BaseCheckpointSaver {
     if (typeof checkpoint?.id !== "string" || checkpoint.id === "") throw new Error("CkptdSaver.put: checkpoint.id is missing");
 
     const { channel_values: values, ...rest } = copyCheckpoint(checkpoint);
-    const att = new AttachmentBuilder();
     const versions = newVersions ?? {};
     const channels = Object.keys(versions);
     const [[ctype, cbytes], wireMetadata, ...dumped] = await Promise.all([
@@ -469,23 +560,28 @@ export class CkptdSaver extends BaseCheckpointSaver {
       this.metadataToWire(metadata),
       ...channels.map((ch) => (Object.prototype.hasOwnProperty.call(values, ch) ? this.dumps(values[ch]) : null)),
     ]);
+    const checkpointSeg: Record<string, unknown> = { type: ctype };
+    const segments: [Record<string, unknown>, Uint8Array][] = [[checkpointSeg, cbytes]];
     const blobs = channels.map((channel, i) => {
       const d = dumped[i] as [string, Uint8Array] | null;
       const version = versions[channel]!;
       if (d === null) return { channel, version, type: "empty", offset: 0, length: 0 };
-      return { channel, version, type: d[0], ...att.add(d[1]) };
+      const seg: Record<string, unknown> = { channel, version, type: d[0] };
+      segments.push([seg, d[1]]);
+      return seg;
     });
     const params: Record<string, unknown> = {
       threadId,
       namespace,
       checkpointId: checkpoint.id,
-      checkpoint: { type: ctype, ...att.add(cbytes) },
+      checkpoint: checkpointSeg,
       channelVersions: checkpoint.channel_versions ?? {},
       metadata: wireMetadata,
       blobs,
     };
     if (parentId !== undefined && parentId !== null && parentId !== "") params["parentId"] = String(parentId);
-    await this.rpc("lg/put", params, att.build());
+    if (this.retention !== undefined) params["retention"] = this.retention;
+    await this.send("lg/put", params, segments, threadId);
     return makeConfig(threadId, namespace, checkpoint.id);
   }
 
@@ -497,15 +593,17 @@ export class CkptdSaver extends BaseCheckpointSaver {
       throw new Error("CkptdSaver.putWrites: config.configurable.checkpoint_id is missing");
     }
     const dumped = await Promise.all(writes.map(([, value]) => this.dumps(value)));
-    const att = new AttachmentBuilder();
+    const segments: [Record<string, unknown>, Uint8Array][] = [];
     const wire = writes.map(([channel, _], i) => {
       const [type, bytes] = dumped[i]!;
       const special = (WRITES_IDX_MAP as Record<string, number | undefined>)[channel];
-      return { channel, idx: special ?? i, type, ...att.add(bytes) };
+      const seg: Record<string, unknown> = { channel, idx: special ?? i, type };
+      segments.push([seg, bytes]);
+      return seg;
     });
     const params: Record<string, unknown> = { threadId, namespace: namespaceOf(c), checkpointId: String(checkpointId), taskId: String(taskId), writes: wire };
     if (taskPath !== undefined && taskPath !== null) params["taskPath"] = taskPath;
-    await this.rpc("lg/putWrites", params, att.build());
+    await this.send("lg/putWrites", params, segments, threadId);
   }
 
   async deleteThread(threadId: string): Promise<void> {

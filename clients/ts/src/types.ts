@@ -38,6 +38,13 @@ export interface Capabilities {
   maxStateBytes: number;
   durability: string;
   events: string[];
+  /** What the LangGraph methods (`lg/*`) offer; absent on a ckptd older than them. */
+  langgraph?: {
+    putValue: boolean;
+    retention: boolean;
+    metadataMatch: string[];
+    maxThreadIdBytes: number;
+  };
   [key: string]: unknown;
 }
 

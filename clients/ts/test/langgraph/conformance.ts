@@ -9,7 +9,7 @@ import { join } from "node:path";
 
 import type { CheckpointSaverTestInitializer } from "@langchain/langgraph-checkpoint-validation";
 import { describe, it } from "vitest";
-import { CkptdSaver } from "ckptd/langgraph";
+import { CkptdSaver, type CkptdRetention } from "ckptd/langgraph";
 
 const dirs = new WeakMap<CkptdSaver, string>();
 
@@ -21,23 +21,28 @@ function binary(): string {
   return p;
 }
 
-export const initializer: CheckpointSaverTestInitializer<CkptdSaver> & {
+/** An initializer of savers on fresh SQLite databases, with retention (default: none). */
+export function sqliteInitializer(name: string, retention?: CkptdRetention): CheckpointSaverTestInitializer<CkptdSaver> & {
   createCheckpointer(saverClass?: typeof CkptdSaver): Promise<CkptdSaver>;
-} = {
-  checkpointerName: "ckptd",
-  async createCheckpointer(saverClass: typeof CkptdSaver = CkptdSaver) {
-    const dir = mkdtempSync(join(tmpdir(), "ckptd-lg-"));
-    const saver = new saverClass({ db: join(dir, "ckptd.db"), binary: binary() });
-    await saver.setup();
-    dirs.set(saver, dir);
-    return saver;
-  },
-  async destroyCheckpointer(saver) {
-    await saver.close();
-    const dir = dirs.get(saver);
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
-  },
-};
+} {
+  return {
+    checkpointerName: name,
+    async createCheckpointer(saverClass: typeof CkptdSaver = CkptdSaver) {
+      const dir = mkdtempSync(join(tmpdir(), "ckptd-lg-"));
+      const saver = new saverClass({ db: join(dir, "ckptd.db"), binary: binary(), ...(retention ? { retention } : {}) });
+      await saver.setup();
+      dirs.set(saver, dir);
+      return saver;
+    },
+    async destroyCheckpointer(saver) {
+      await saver.close();
+      const dir = dirs.get(saver);
+      if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const initializer = sqliteInitializer("ckptd");
 
 /**
  * The same on PostgreSQL: every checkpointer on a fresh schema (`ckptd_schema`) of the run's
