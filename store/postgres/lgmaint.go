@@ -809,7 +809,9 @@ func (s *Store) lgPolicy(q lgq, own *string) (store.LGRetentionInfo, error) {
 func (s *Store) lgRetainAfterPut(ctx context.Context, w *wtx, thread, ns, parentID string, r store.Retention) error {
 	q := wq(ctx, w)
 	var count int
-	if err := q.queryRow(`SELECT count(*) FROM lg_checkpoints WHERE thread_id = $1 AND namespace = $2`, thread, ns).Scan(&count); err != nil {
+	// counting stops past what decides (at most keepLast: nothing to do; beyond lgInlineNodes: later)
+	if err := q.queryRow(`SELECT count(*) FROM (SELECT 1 FROM lg_checkpoints WHERE thread_id = $1 AND namespace = $2 LIMIT $3) AS c`,
+		thread, ns, max(r.KeepLast, lgInlineNodes)+1).Scan(&count); err != nil {
 		return err
 	}
 	if r.MaxAgeSeconds <= 0 && count <= r.KeepLast {

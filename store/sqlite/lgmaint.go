@@ -41,10 +41,15 @@ func rq(ctx context.Context, tx *rtx) lgq {
 		func(q string, args ...any) *sql.Row { return tx.cachedRow(ctx, q, args...) }}
 }
 
-// nodes reads every checkpoint of (thread, ns), newest first, and the highest row id among them.
-func (q lgq) nodes(thread, ns string) ([]*store.LGNode, int64, error) {
+// nodes reads every checkpoint of (thread, ns) (at most limit[0] of them when given), newest
+// first, and the highest row id among them.
+func (q lgq) nodes(thread, ns string, limit ...int) ([]*store.LGNode, int64, error) {
+	lim := -1
+	if len(limit) > 0 {
+		lim = limit[0]
+	}
 	rows, err := q.query(`SELECT id, checkpoint_id, parent_id, channel_versions, value_refs, created_at FROM lg_checkpoints
-		INDEXED BY lg_checkpoints_key WHERE thread_id = ? AND namespace = ? ORDER BY checkpoint_id DESC`, thread, ns)
+		INDEXED BY lg_checkpoints_key WHERE thread_id = ? AND namespace = ? ORDER BY checkpoint_id DESC LIMIT ?`, thread, ns, lim)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -153,27 +158,49 @@ func (v *lgPruneView) Written(id string) ([]string, error) {
 }
 
 // lgDeleteNodes removes checkpoints (by row id) of (thread, ns) with their metadata rows and
-// pending writes; it returns how many were still there.
+// pending writes, a few statements for the lot; it returns how many were still there. The pages
+// freed are reused; lgVacuum returns them to the file system once a deletion is over.
 func lgDeleteNodes(ctx context.Context, w *wtx, thread, ns string, nodes []*store.LGNode) (int, error) {
 	n := 0
-	for _, nd := range nodes {
-		res, err := w.exec(ctx, `DELETE FROM lg_checkpoints WHERE id = ?`, nd.Key)
+	for len(nodes) > 0 {
+		chunk := nodes[:min(len(nodes), store.BiteUnits)]
+		nodes = nodes[len(chunk):]
+		keys := make([]any, 0, len(chunk)+2)
+		keys = append(keys, thread, ns)
+		for _, nd := range chunk {
+			keys = append(keys, nd.Key)
+		}
+		in := `(?` + strings.Repeat(`,?`, len(chunk)-1) + `)`
+		rows, err := w.conn.QueryContext(ctx, `DELETE FROM lg_checkpoints WHERE thread_id = ? AND namespace = ? AND id IN `+in+` RETURNING checkpoint_id`, keys...)
 		if err != nil {
 			return n, err
 		}
-		if k, _ := res.RowsAffected(); k == 0 {
-			continue
+		ids := []any{thread, ns}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return n, err
+			}
+			ids = append(ids, id)
 		}
-		n++
-		if _, err := w.exec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, nd.Key); err != nil {
+		if err := rows.Close(); err != nil {
 			return n, err
 		}
-		if _, err := w.exec(ctx, `DELETE FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?`, thread, ns, nd.ID); err != nil {
+		if len(ids) == 2 {
+			continue
+		}
+		n += len(ids) - 2
+		if _, err := w.conn.ExecContext(ctx, `DELETE FROM lg_meta WHERE ckpt IN `+in, keys[2:]...); err != nil {
+			return n, err
+		}
+		if _, err := w.conn.ExecContext(ctx, `DELETE FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id IN (?`+
+			strings.Repeat(`,?`, len(ids)-3)+`)`, ids...); err != nil {
 			return n, err
 		}
 	}
 	if n > 0 {
-		w.vacuumAfter()
+		w.s.deletes.Add(uint64(n))
 	}
 	return n, nil
 }
@@ -345,11 +372,40 @@ func (s *Store) lgCollect(ctx context.Context, thread, ns string) error {
 				}
 				writes = writes[1:]
 			}
-			w.vacuumAfter()
 			return len(values)+len(writes) == 0, nil
 		})
 		if err != nil || !stale {
 			return err
+		}
+	}
+}
+
+// lgVacuum returns the free pages of the file to the file system, in bites (at most 256 pages
+// moved per transaction), once a deletion is over.
+func (s *Store) lgVacuum(ctx context.Context) {
+	for {
+		done := false
+		err := s.do(ctx, func(ctx context.Context, w *wtx) error {
+			var free int64
+			if err := w.queryRow(ctx, `PRAGMA freelist_count`).Scan(&free); err != nil {
+				return err
+			}
+			if free == 0 {
+				done = true
+				return nil
+			}
+			done = free <= 256
+			_, err := w.exec(ctx, `PRAGMA incremental_vacuum(256)`)
+			return err
+		})
+		if err != nil {
+			if !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
+				s.log.Warn("ckptd store: incremental_vacuum failed", "err", err)
+			}
+			return
+		}
+		if done {
+			return
 		}
 	}
 }
@@ -409,8 +465,16 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 			if err := rows.Close(); err != nil {
 				return false, err
 			}
+			byNS := map[string][]*store.LGNode{}
+			var order []string
 			for _, r := range batch {
-				k, err := lgDeleteNodes(ctx, w, thread, r.ns, []*store.LGNode{r.nd})
+				if _, ok := byNS[r.ns]; !ok {
+					order = append(order, r.ns)
+				}
+				byNS[r.ns] = append(byNS[r.ns], r.nd)
+			}
+			for _, ns := range order {
+				k, err := lgDeleteNodes(ctx, w, thread, ns, byNS[ns])
 				if err != nil {
 					return false, err
 				}
@@ -429,9 +493,6 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 			}
 			if k, _ := res.RowsAffected(); k < store.BiteUnits {
 				stage++
-			}
-			if k, _ := res.RowsAffected(); k > 0 {
-				w.vacuumAfter()
 			}
 			return false, nil
 		}
@@ -453,6 +514,9 @@ func (s *Store) LGDeleteThread(ctx context.Context, thread string) (int, error) 
 		return 0, err
 	}
 	n, _, err := s.lgDeleteThread(ctx, thread, nil)
+	if n > 0 {
+		s.lgVacuum(ctx)
+	}
 	return n, err
 }
 
@@ -490,6 +554,9 @@ func (s *Store) LGPrune(ctx context.Context, threads []string, strategy string) 
 				return n, err
 			}
 		}
+	}
+	if n > 0 {
+		s.lgVacuum(ctx)
 	}
 	return n, nil
 }
@@ -731,8 +798,8 @@ const lgTouchSQL = `INSERT INTO lg_threads(thread_id, updated_at, retention, exp
 	RETURNING retention`
 
 // lgTouch records a put in its thread's row (when, and the retention it carries) and applies the
-// thread's retention to the put's (thread, namespace): a small one in this transaction, a larger
-// one in bites after it.
+// thread's retention to the put's (thread, namespace): a small one in this transaction (so that
+// whoever reads after the put's acknowledgement sees it applied), a larger one in bites after it.
 func (s *Store) lgTouch(ctx context.Context, w *wtx, p *store.LGPrepared) error {
 	r := &p.Req
 	var js any
@@ -752,7 +819,7 @@ func (s *Store) lgTouch(ctx context.Context, w *wtx, p *store.LGPrepared) error 
 	if err != nil || !store.LGPrunes(pol.Retention) {
 		return err
 	}
-	return s.lgRetainAfterPut(ctx, w, r.ThreadID, r.Namespace, r.ParentID, pol.Retention)
+	return s.lgRetainAfterPut(ctx, w, r.ThreadID, r.Namespace, []string{r.ParentID}, pol.Retention)
 }
 
 // lgPolicy is a thread's effective retention given its own (stored JSON, or NULL).
@@ -791,28 +858,28 @@ func (s *Store) lgDatabaseRetention(q lgq) (*store.Retention, error) {
 	return &r, nil
 }
 
-// lgRetainAfterPut applies r to (thread, ns) after a put whose parent is parentID: when the
-// namespace is small, the first bite here, in the put's transaction; the rest (or all of a large
-// one) in bites after it.
-func (s *Store) lgRetainAfterPut(ctx context.Context, w *wtx, thread, ns, parentID string, r store.Retention) error {
+// lgRetainAfterPut applies r to (thread, ns) after puts whose parents are parents: when the
+// namespace is small, the first bite here; the rest (or all of a large one) in bites after it.
+func (s *Store) lgRetainAfterPut(ctx context.Context, w *wtx, thread, ns string, parents []string, r store.Retention) error {
 	q := wq(ctx, w)
-	var count int
-	if err := q.queryRow(`SELECT count(*) FROM lg_checkpoints INDEXED BY lg_checkpoints_key WHERE thread_id = ? AND namespace = ?`,
-		thread, ns).Scan(&count); err != nil {
-		return err
+	if r.MaxAgeSeconds <= 0 {
+		// nothing to do while the namespace holds at most keepLast checkpoints: the index alone says
+		var over int
+		err := q.queryRow(`SELECT count(*) FROM (SELECT 1 FROM lg_checkpoints INDEXED BY lg_checkpoints_key
+			WHERE thread_id = ? AND namespace = ? LIMIT ?)`, thread, ns, r.KeepLast+1).Scan(&over)
+		if err != nil || over <= r.KeepLast {
+			return err
+		}
 	}
-	if r.MaxAgeSeconds <= 0 && count <= r.KeepLast {
-		return nil
-	}
-	if count > lgInlineNodes {
-		s.lgRetainLater(thread, ns, parentID, r)
-		return nil
-	}
-	nodes, _, err := q.nodes(thread, ns)
+	nodes, _, err := q.nodes(thread, ns, lgInlineNodes+1)
 	if err != nil {
 		return err
 	}
-	plan, err := store.PlanLGRetention(thread, ns, nodes, r, s.now(), q.view(thread, ns), parentID)
+	if len(nodes) > lgInlineNodes {
+		s.lgRetainLater(thread, ns, parents, r)
+		return nil
+	}
+	plan, err := store.PlanLGRetention(thread, ns, nodes, r, s.now(), q.view(thread, ns), parents...)
 	if err != nil || len(plan.Drop) == 0 {
 		return err
 	}
@@ -829,14 +896,14 @@ func (s *Store) lgRetainAfterPut(ctx context.Context, w *wtx, thread, ns, parent
 		return err
 	}
 	if later {
-		s.lgRetainLater(thread, ns, parentID, r)
+		s.lgRetainLater(thread, ns, parents, r)
 	}
 	return nil
 }
 
 // lgRetainLater brings (thread, ns) down to r in bites, in the background, once at a time per
 // (thread, ns).
-func (s *Store) lgRetainLater(thread, ns, parentID string, r store.Retention) {
+func (s *Store) lgRetainLater(thread, ns string, parents []string, r store.Retention) {
 	key := thread + "\x00" + ns
 	if _, busy := s.retaining.LoadOrStore(key, true); busy {
 		return
@@ -844,11 +911,12 @@ func (s *Store) lgRetainLater(thread, ns, parentID string, r store.Retention) {
 	s.lgBackground(func(ctx context.Context) {
 		defer s.retaining.Delete(key)
 		_, err := s.lgPruneNS(ctx, thread, ns, func(nodes []*store.LGNode, v store.LGPruneView) (store.LGPlan, error) {
-			return store.PlanLGRetention(thread, ns, nodes, r, s.now(), v, parentID)
+			return store.PlanLGRetention(thread, ns, nodes, r, s.now(), v, parents...)
 		})
 		if err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
 			s.log.Warn("ckptd store: LangGraph retention failed", "threadId", thread, "namespace", ns, "err", err)
 		}
+		s.lgVacuum(ctx)
 	})
 }
 
@@ -1048,6 +1116,7 @@ func (s *Store) LGExpireIdle(ctx context.Context) (store.LGSweepResult, error) {
 	}
 	if len(res.Threads) > 0 {
 		s.log.Info("ckptd store: idle LangGraph threads deleted", "threads", len(res.Threads), "checkpoints", res.Checkpoints)
+		s.lgVacuum(ctx)
 	}
 	return res, nil
 }
@@ -1061,9 +1130,6 @@ func (s *Store) lgCollectStaged(ctx context.Context, before time.Time) error {
 			return false, err
 		}
 		k, _ := res.RowsAffected()
-		if k > 0 {
-			w.vacuumAfter()
-		}
 		return k < store.BiteUnits, nil
 	})
 }
