@@ -68,6 +68,8 @@ func recoverFixture(t *testing.T) string {
 			map[string]string{"messages": fmt.Sprintf(`["LGVALUE-A-%d-%s"]`, i, strings.Repeat("m", 3000))})
 	}
 	d.lgPut("thread-b", "1f0-1", "", 1, map[string]string{"x": `"b"`})
+	// a branch replayed from 1f0-1 that makes version 1 again with other bytes: a second variant
+	d.lgPut("thread-b", "1f0-2", "", 1, map[string]string{"x": `"b, replayed"`})
 	// a saga: a validated checkpoint, compensations registered after each step, a rollback to
 	// the first step begun and one compensation of it run
 	var cp0, cp1 struct{ CheckpointID string }
@@ -147,6 +149,13 @@ func TestRecover(t *testing.T) {
 	fixture := recoverFixture(t)
 	wantCPs, wantThreads := exported(t, fixture)
 	require.Len(t, wantThreads, 2)
+	variants := 0
+	for _, r := range wantThreads["thread-b"] {
+		if r.Kind == store.LGKindValue && r.Variant == 1 || r.Kind == store.LGKindCheckpoint && r.ValueRefs["x"] == 1 {
+			variants++
+		}
+	}
+	require.Equal(t, 2, variants, "the fixture holds a second variant and a checkpoint reading it")
 
 	t.Run("intact", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "new.db")
