@@ -244,8 +244,9 @@ function nextVersion(current: string | number | undefined): string | number {
     return `${String(next).padStart(32, "0")}.${String(Math.floor(Math.random() * 1e16)).padStart(16, "0")}`;
   }
   const base = typeof current === "number" && Number.isFinite(current) ? Math.floor(current) : 0;
-  // A random fraction keeps versions unique across forks of a thread (a blob, once stored under a
-  // version, is immutable), while staying a number that is greater than `current`.
+  // A random fraction keeps versions mostly unique across forks of a thread (so values are stored
+  // once; a fork that makes a version again with other bytes still reads its own), while staying
+  // a number that is greater than `current`.
   let r = Math.random();
   while (r === 0) r = Math.random();
   return base + 1 + r;

@@ -284,7 +284,8 @@ class CkptdSaver(BaseCheckpointSaver[str]):
 
     def get_next_version(self, current: Optional[str], channel: None = None) -> str:
         """Versions like LangGraph's SQL savers: a zero-padded counter plus a random fraction, so
-        that forks of one thread never reuse a (channel, version) key."""
+        that forks of one thread rarely make a version twice (a fork that does still reads its own
+        values: each checkpoint refers to the values its put stored)."""
         if current is None:
             current_v = 0
         elif isinstance(current, int):
