@@ -212,6 +212,7 @@ def test_metadata_filters_select_what_sqlitesaver_selects(ours: Any, ref: Any) -
 # --- 3. the size limit is per value ---------------------------------------------------------------
 
 
+@pytest.mark.timeout(600)
 def test_two_40mb_channels_in_one_step(ours: Any, ref: Any, backend: str) -> None:
     """One node writing two 40 MB channels: under the daemon's 64 MiB limit each value fits a
     frame, their sum does not; the saver sends them ahead one by one (lg/putValue)."""
@@ -385,6 +386,7 @@ def _chat(saver: Any, thread: str, turns: int) -> Any:
     return graph
 
 
+@pytest.mark.timeout(1500)
 def test_keep_last_over_a_long_chat(db: str, backend: str, ckptd_bin: str, ref: Any, tmp_path: Path) -> None:
     """A 2,000-turn chat (each turn appends a 1 KB message) with keep_last=20: the history is the
     20 newest checkpoints plus what a delta replay of them needs, each gives the state SqliteSaver
@@ -397,8 +399,8 @@ def test_keep_last_over_a_long_chat(db: str, backend: str, ckptd_bin: str, ref: 
         graph = _chat(saver, "chat", turns)
         ref_graph = _chat(ref, "chat", turns)
         hist = list(graph.get_state_history(config))
-        ref_hist = list(ref_graph.get_state_history(config))
-        assert len(ref_hist) == 3 * turns
+        assert sum(1 for _ in ref.list(config)) == 3 * turns  # the reference keeps everything
+        ref_hist = list(ref_graph.get_state_history(config, limit=len(hist) + 10))
         # the 20 newest, then a contiguous chain back to the snapshot the oldest of them replays from
         assert [h.metadata["step"] for h in hist[:20]] == [h.metadata["step"] for h in ref_hist[:20]]
         assert 20 <= len(hist) <= 20 + 3 * 50, len(hist)
