@@ -528,6 +528,23 @@ def test_langgraph_saver_sends_only_known_params(ckptd_bin: str, tmp_path: Path,
 
         asyncio.run(amain())
     saver.close()  # idempotent
+    # values over the daemon's limit together go ahead (lg/putValue); retention (lg/configure)
+    retention = {"keep_last": 5, "keep_first": True, "max_age_seconds": 0, "idle_ttl_seconds": 3600}
+    with CkptdSaver(db=str(tmp_path / "lg3.db"), binary=ckptd_bin, args=["--max-state-size", "64KiB"], retention=retention) as small:
+        big = {"a": "x" * 40000, "b": "y" * 40000}
+        v1 = small.get_next_version(None)
+        conf = small.put(cfg("big"), ckpt(small, big, {"a": v1, "b": v1}), md(0, "rb"), {"a": v1, "b": v1})
+        small.put_writes(conf, [("a", "z" * 40000), ("b", "w" * 40000)], "task-big")
+        assert small.get_tuple(conf).checkpoint["channel_values"] == big
+        assert small.configure_retention("big")["source"] == "thread"
+        assert small.configure_retention(retention={"keep_last": 10})["source"] == "database"
+        assert small.configure_retention(inherit=True)["retention"]["keepLast"] == 0
+
+        async def aconf() -> None:
+            assert (await small.aconfigure_retention("other", {"idle_ttl_seconds": 60}))["source"] == "thread"
+            assert (await small.aconfigure_retention("other", inherit=True))["source"] == "daemon"
+
+        asyncio.run(aconf())
     with CkptdSaver(client=Client(db=str(tmp_path / "lg2.db"), binary=ckptd_bin)) as shared:
         assert shared.get_tuple(cfg("none")) is None
         shared.client.close()

@@ -629,6 +629,26 @@ export class CkptdSaver extends BaseCheckpointSaver {
     await this.rpc("lg/deleteForRuns", { runIds: runIds.map(String) });
   }
 
+  /**
+   * Sets or reads the retention of LangGraph threads (`lg/configure`): `threadId`'s own, or
+   * without it the database's, for every thread without its own. `retention` as the constructor's
+   * option (fields not given are 0 = off); `inherit: true` removes it instead; neither only reads.
+   * Resolves to the retention in force and where it comes from.
+   */
+  async configureRetention(options: { threadId?: string; retention?: CkptdRetention; inherit?: boolean } = {}): Promise<{
+    threadId?: string;
+    retention: Required<CkptdRetention>;
+    source: "thread" | "database" | "daemon";
+  }> {
+    const params: Record<string, unknown> = {};
+    if (options.threadId !== undefined) params["threadId"] = String(options.threadId);
+    const r = checkRetention(options.retention);
+    if (r !== undefined) params["retention"] = r;
+    if (options.inherit) params["inherit"] = true;
+    const { result } = await this.rpc("lg/configure", params);
+    return result as { threadId?: string; retention: Required<CkptdRetention>; source: "thread" | "database" | "daemon" };
+  }
+
   /** One round trip (`lg/channelHistory`) instead of the default walk of `getTuple` calls. */
   override async getDeltaChannelHistory(options: { config: RunnableConfig; channels: string[] }): Promise<Record<string, DeltaChannelHistory>> {
     const { config, channels } = options;

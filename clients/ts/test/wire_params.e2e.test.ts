@@ -187,6 +187,7 @@ const saverOptions: Record<SaverMethod, Options> = {
   deleteForRuns: null,
   getDeltaChannelHistory: null,
   getNextVersion: null,
+  configureRetention: { arg: 0, keys: names<Parameters<CkptdSaver["configureRetention"]>[0] & {}>({ threadId: true, retention: true, inherit: true }) },
 };
 
 // Nested objects sent as they are given: their types are checked the same way.
@@ -525,6 +526,20 @@ describe("the client sends only params the daemon knows", () => {
     await saver.deleteThread("t1");
     await saver.close();
     await saver.close(); // idempotent
+
+    // values over the daemon's limit together go ahead (lg/putValue); retention (lg/configure)
+    const small = new CkptdSaver({
+      db: join(env.dir, "lg3.db"), binary: env.binary, args: ["--max-state-size", "64KiB"],
+      retention: { keepLast: 5, keepFirst: true, maxAgeSeconds: 0, idleTtlSeconds: 3600 },
+    });
+    const big = { a: "x".repeat(40000), b: "y".repeat(40000) };
+    const cb = await small.put(cfg("big"), checkpoint(big, { a: v1, b: v1 }), meta(0, "rb"), { a: v1, b: v1 });
+    await small.putWrites(cb, [["a", "z".repeat(40000)], ["b", "w".repeat(40000)]], "task-big");
+    assert.deepEqual((await small.getTuple(cb))?.checkpoint.channel_values, big);
+    assert.equal((await small.configureRetention({ threadId: "big" })).source, "thread");
+    assert.equal((await small.configureRetention({ retention: { keepLast: 10 } })).source, "database");
+    assert.equal((await small.configureRetention({ inherit: true })).retention.keepLast, 0);
+    await small.close();
 
     const shared = new CkptdSaver({ client: await env.start() });
     assert.equal(await shared.getTuple(cfg("none")), undefined);

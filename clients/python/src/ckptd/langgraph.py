@@ -537,6 +537,26 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         delta channels replay from); ``delete``: deletes the threads."""
         self.client.request("thread/prune", {"threadIds": [str(t) for t in thread_ids], "strategy": strategy})
 
+    def configure_retention(
+        self, thread_id: Optional[str] = None, retention: Optional[Mapping[str, Any]] = None, *, inherit: bool = False
+    ) -> Dict[str, Any]:
+        """Sets or reads the retention of LangGraph threads (``lg/configure``): ``thread_id``'s own,
+        or without it the database's, for every thread without its own; ``retention`` as the
+        constructor's (``{"keep_last": 20, ...}``, keys not given are 0 = off), ``inherit=True``
+        removes it instead, neither only reads. Returns the retention in force and where it comes
+        from: ``{"threadId"?, "retention": {"keepLast", "keepFirst", "maxAgeSeconds",
+        "idleTtlSeconds"}, "source": "thread" | "database" | "daemon"}``."""
+        params: Dict[str, Any] = {}
+        if thread_id is not None:
+            params["threadId"] = str(thread_id)
+        wire = _retention_params(retention)
+        if wire is not None:
+            params["retention"] = wire
+        if inherit:
+            params["inherit"] = True
+        res, _ = self.client.request("lg/configure", params)
+        return res  # type: ignore[no-any-return]
+
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
         """The ancestor writes and seed of each channel, walked by the daemon in one round trip."""
         if not channels:
@@ -600,6 +620,11 @@ class CkptdSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._run(lambda: self.prune(thread_ids, strategy=strategy))
+
+    async def aconfigure_retention(
+        self, thread_id: Optional[str] = None, retention: Optional[Mapping[str, Any]] = None, *, inherit: bool = False
+    ) -> Dict[str, Any]:
+        return await self._run(lambda: self.configure_retention(thread_id, retention, inherit=inherit))  # type: ignore[no-any-return]
 
     async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
         if not channels:
