@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -33,25 +34,65 @@ func walFrames(t testing.TB, path string, from int64, pageSize int) ([]uint32, i
 }
 
 // TestWALFramesPerSave prints the WAL frames one 1 KB save writes (one save per transaction,
-// as one client saving step after step does) and which b-trees they belong to. It measures;
-// the figure is reported by ./scripts/bench.sh (target: at most 4 per save).
+// as one client saving step after step does) and which b-trees they belong to. It measures
+// (the target, at most 4 per save, is #18's and ./scripts/bench.sh reports it); with
+// CKPTD_WALFRAMES_JSON set it writes the figures there as JSON.
 func TestWALFramesPerSave(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measurement")
 	}
+	type result struct {
+		Name     string             `json:"name"`
+		PerSave  float64            `json:"frames_per_save"`
+		ByBTree  map[string]float64 `json:"by_btree"`
+		KeepLast int                `json:"keep_last"`
+		Meta     bool               `json:"metadata"`
+	}
+	var out []result
 	for _, c := range []struct {
 		name     string
 		keepLast int
 		wfs      int
-	}{{"keep-all/1wf", 0, 1}, {"keep-all/100wf", 0, 100}, {"keepLast10/1wf", 10, 1}} {
+		meta     bool
+	}{{"1 workflow", 0, 1, false}, {"100 workflows", 0, 100, false}, {"2 metadata keys", 0, 1, true},
+		{"keepLast 10 (prunes one per save)", 10, 1, false}} {
 		t.Run(c.name, func(t *testing.T) {
-			per, by := measureWALFrames(t, c.keepLast, c.wfs, 400)
-			t.Logf("%.2f frames per 1 KB save; by b-tree: %s", per, by)
+			per, by := measureWALFrames(t, c.keepLast, c.wfs, c.meta, 400)
+			keys := make([]string, 0, len(by))
+			for k := range by {
+				keys = append(keys, k)
+			}
+			sort.Slice(keys, func(i, j int) bool { return by[keys[i]] > by[keys[j]] })
+			var sb strings.Builder
+			for _, k := range keys {
+				fmt.Fprintf(&sb, "%s %.2f, ", k, by[k])
+			}
+			t.Logf("%.2f frames per 1 KB save; by b-tree: %s", per, sb.String())
+			out = append(out, result{Name: c.name, PerSave: per, ByBTree: by, KeepLast: c.keepLast, Meta: c.meta})
+			// The count is deterministic for a schema: a guard that no change adds a b-tree write
+			// to every save unnoticed. Raise it knowingly (and say so in the change), or better,
+			// take one out: #18's budget is 4.
+			if c.name == "1 workflow" && per > walFramesCeiling {
+				t.Errorf("a 1 KB save writes %.2f WAL frames, more than the %.1f allowed: %s", per, walFramesCeiling, sb.String())
+			}
 		})
+	}
+	if p := os.Getenv("CKPTD_WALFRAMES_JSON"); p != "" {
+		b, err := json.MarshalIndent(out, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
-func measureWALFrames(t testing.TB, keepLast, wfs, n int) (float64, string) {
+// walFramesCeiling is the most WAL frames a 1 KB save (one workflow, no metadata) may write
+// before TestWALFramesPerSave fails; schema step 8 brought it from ~13 to 8.9.
+const walFramesCeiling = 9.5
+
+func measureWALFrames(t testing.TB, keepLast, wfs int, meta bool, n int) (float64, map[string]float64) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "f.db")
@@ -62,10 +103,13 @@ func measureWALFrames(t testing.TB, keepLast, wfs, n int) (float64, string) {
 	}
 	defer s.Close()
 	base := checkpointJSON(rand.New(rand.NewPCG(1, 1)), 1<<10)
+	var md []byte
+	if meta {
+		md = []byte(`{"source":"loop","step":1}`)
+	}
 	save := func(i int) {
 		if _, err := s.Save(ctx, store.SaveRequest{WorkflowID: fmt.Sprintf("wf-%d", i%wfs), Step: int64(i), State: uniqueState(base, i),
-			StateType: store.StateJSON, Metadata: []byte(`{"source":"loop","step":1}`),
-			PendingTasks: []byte(`[{"id":"t","name":"agent"}]`)}); err != nil {
+			StateType: store.StateJSON, Metadata: md, PendingTasks: []byte(`[{"id":"t","name":"agent"}]`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,7 +136,7 @@ func measureWALFrames(t testing.TB, keepLast, wfs, n int) (float64, string) {
 		owner[pg] = name
 	}
 	rows.Close()
-	count := map[string]int{}
+	by := map[string]float64{}
 	for _, p := range pages {
 		name := owner[p]
 		switch {
@@ -101,16 +145,7 @@ func measureWALFrames(t testing.TB, keepLast, wfs, n int) (float64, string) {
 		case name == "":
 			name = "(ptrmap/free)"
 		}
-		count[name]++
+		by[name] += 1 / float64(n)
 	}
-	names := make([]string, 0, len(count))
-	for k := range count {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool { return count[names[i]] > count[names[j]] })
-	var sb strings.Builder
-	for _, k := range names {
-		fmt.Fprintf(&sb, "%s %.2f, ", k, float64(count[k])/float64(n))
-	}
-	return float64(len(pages)) / float64(n), sb.String()
+	return float64(len(pages)) / float64(n), by
 }
