@@ -21,10 +21,11 @@ import (
 )
 
 // syncQuickCheckBytes: a database up to this size gets PRAGMA quick_check before Open returns
-// (about 0.3 s for 64 MiB on a loaded laptop, far less for most); a larger one is checked in the
-// background after Open, so that starting on a large database stays fast. Either way a damaged
+// (a few milliseconds for 1 MiB); a larger one is checked in the background after Open, so that
+// starting stays fast (#18: initialize answered within 25 ms; the check of a 38 MB database took
+// 240 ms). Either way a damaged
 // database stops being written to as soon as the check finds the damage.
-const syncQuickCheckBytes = 64 << 20
+const syncQuickCheckBytes = 1 << 20
 
 // Condition reports whether the store still accepts writes (store.Condition).
 func (s *Store) Condition() store.Condition {

@@ -42,12 +42,22 @@ from ckptd.aio import AsyncClient  # noqa: E402
 WORDS = "the agent calls a tool and reads the result then plans the next step summary answer context".split()
 
 
+_BASES: Dict[int, Dict[str, Any]] = {}
+
+
 def state_of(rng: random.Random, i: int, size: int = 1024) -> Dict[str, Any]:
-    msgs: List[Dict[str, str]] = []
-    st: Dict[str, Any] = {"step": i, "messages": msgs}
-    while len(json.dumps(st)) < size - 60:
-        msgs.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(8))})
-    return st
+    """A ~1 KB checkpoint-like state, different at every step (a new step number and one message
+    changed), built cheaply so that making it costs the benchmark next to nothing."""
+    base = _BASES.get(size)
+    if base is None:
+        msgs: List[Dict[str, str]] = []
+        base = {"step": 0, "messages": msgs}
+        while len(json.dumps(base)) < size - 60:
+            msgs.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(8))})
+        _BASES[size] = base
+    msgs = list(base["messages"])
+    msgs[i % len(msgs)] = {"role": "assistant", "content": "step %d: %08x" % (i, rng.getrandbits(32))}
+    return {"step": i, "messages": msgs}
 
 
 def pct(xs: List[float], p: float) -> float:
