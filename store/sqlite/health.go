@@ -27,6 +27,10 @@ import (
 // database stops being written to as soon as the check finds the damage.
 const syncQuickCheckBytes = 1 << 20
 
+// backgroundCheckDelay is how long after Open the background quick check of a larger database
+// starts.
+const backgroundCheckDelay = 500 * time.Millisecond
+
 // Condition reports whether the store still accepts writes (store.Condition).
 func (s *Store) Condition() store.Condition {
 	if c := s.cond.Load(); c != nil {
@@ -104,6 +108,13 @@ func (s *Store) checkInBackground() {
 	go func() {
 		defer s.bgWG.Done()
 		defer cancel()
+		// Let the daemon finish starting first: the check reads the whole file, and on a
+		// small machine it would hold up the first requests (#18: initialize within 25 ms).
+		select {
+		case <-time.After(backgroundCheckDelay):
+		case <-bg.Done():
+			return
+		}
 		start := time.Now()
 		problems, err := quickCheckConn(bg, s.queryStrings(s.rdb.QueryContext))
 		if err != nil {
