@@ -194,7 +194,9 @@ def targets() -> List[Tuple[str, str, str, Callable[[Dict[str, Any]], Any], floa
         ("LangGraph Python: 32 concurrent ainvoke, CkptdSaver vs AsyncSqliteSaver, graphs/s", "graphs/s", "ratio",
          lambda r: (_get(r, "throughput", "data", "langgraph", "ckptd", "per_s"), _get(r, "throughput", "data", "langgraph", "sqlite", "per_s"))
          if _get(r, "throughput", "data", "langgraph") else None, -2.0),
-        ("LangGraph TS: 32 concurrent invoke, CkptdSaver vs SqliteSaver, graphs/s", "graphs/s", "ratio", lambda r: None, -2.0),
+        ("LangGraph TS: 32 concurrent invoke, CkptdSaver vs SqliteSaver (better-sqlite3), graphs/s", "graphs/s", "ratio",
+         lambda r: (_get(r, "ts_throughput", "data", "ckptd", "per_s"), _get(r, "ts_throughput", "data", "SqliteSaver", "per_s"))
+         if _get(r, "ts_throughput", "data") else None, -2.0),
         ("8 processes, each its own ckptd on one database, vs each its own sqlite3: saves/s", "saves/s", "info",
          lambda r: (_get(r, "throughput", "data", "processes", "ckptd", "per_s"), _get(r, "throughput", "data", "processes", "sqlite", "per_s"))
          if _get(r, "throughput", "data", "processes") else None, 0.0),
@@ -381,8 +383,9 @@ def write(report: Dict[str, Any], out: str) -> int:
     sc = _get(r0, "scale", "data")
     if sc:
         lines += ["Scale: %d workflows and %d LangGraph threads of %d checkpoints each (%s checkpoints each kind) against %d of each; "
-                  "filled in %.0f s; files: %s." % (sc["workflows"], sc["workflows"], sc["per"], "{:,}".format(sc["workflows"] * sc["per"]),
+                  "filled in %.0f s%s; files: %s." % (sc["workflows"], sc["workflows"], sc["per"], "{:,}".format(sc["workflows"] * sc["per"]),
                                                     sc["small_workflows"], sc["fill_seconds"],
+                                                    " (reused from the first run)" if sc.get("reused_fill") else "",
                                                     ", ".join("%s %.0f MB" % (k, v / 1e6) for k, v in sc["db_bytes"].items())), ""]
     errs = [(i + 1, k, v["error"]) for i, r in enumerate(runs) for k, v in r.items() if isinstance(v, dict) and v.get("error")]
     if errs:

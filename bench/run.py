@@ -191,6 +191,16 @@ class Runner:
                         ["node", "build/bench/langgraph.js", "--steps", str(self.size("ts_steps")), "--durability", durability,
                          "--json", out], out, env={"CKPTD_PATH": self.args.bin}, cwd=TSDIR)
 
+    def throughput_ts(self, w: str) -> Dict[str, Any]:
+        out = os.path.join(w, "ts-throughput.json")
+        if not os.path.exists(os.path.join(TSDIR, "bench", "node_modules", "better-sqlite3")):
+            return {"error": "not run: the TS bench's own dependencies (SqliteSaver, better-sqlite3) are not installed; "
+                             "./scripts/bench.sh --ts-install installs them into clients/ts/bench/node_modules"}
+        return self.run("LangGraph (TypeScript) throughput",
+                        ["node", "build/bench/throughput.js", "--concurrency", str(self.size("lg_concurrency")),
+                         "--seconds", str(2 * self.size("tp_seconds")), "--json", out], out, env={"CKPTD_PATH": self.args.bin},
+                        cwd=TSDIR)
+
     def throughput(self, w: str) -> Dict[str, Any]:
         out = os.path.join(w, "throughput.json")
         return self.run("throughput", [sys.executable, os.path.join(PYBENCH, "bench_throughput.py"), "--binary", self.args.bin,
@@ -204,7 +214,8 @@ class Runner:
                                   "--fill", self.args.fill, "--workflows", str(self.size("scale_workflows")),
                                   "--small-workflows", str(self.size("scale_small")), "--per", str(self.size("scale_per")),
                                   "--samples", str(self.size("scale_samples")), "--starts", str(self.size("starts")),
-                                  "--dir", w, "--json", out], out, timeout=1800)
+                                  "--dir", w, "--cache", os.path.join(self.args.work, "scale-dbs"), "--json", out], out,
+                        timeout=1800)
 
 
 def baseline_frames(w: str, n: int) -> Dict[str, Any]:
@@ -254,7 +265,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--only", default="", help="comma-separated sections (default: all)")
     ap.add_argument("--ts-install", action="store_true")
+    ap.add_argument("--scale", type=int, default=0, help="workflows (and threads) of 100 checkpoints in the large scale "
+                                                         "databases (default 10000: 1,000,000 checkpoints each)")
     args = ap.parse_args()
+    if args.scale > 0:
+        SIZES["scale_workflows"] = (args.scale, args.scale)
     r = Runner(args)
     only = set(filter(None, args.only.split(",")))
     report: Dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tiny": args.tiny,
@@ -274,6 +289,7 @@ def main() -> int:
             ("ts_full", lambda: r.langgraph_ts(w, "full")),
             ("ts_normal", lambda: r.langgraph_ts(w, "normal")),
             ("throughput", lambda: r.throughput(w)),
+            ("ts_throughput", lambda: r.throughput_ts(w)),
             ("scale", lambda: r.scale(w)),
         ]
         for name, f in sections:

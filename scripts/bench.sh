@@ -7,6 +7,7 @@
 #   ./scripts/bench.sh --runs 3        three runs in a row, every ratio reported per run
 #   ./scripts/bench.sh --tiny --out D  every benchmark at a token size, report into D (the smoke test)
 #   ./scripts/bench.sh --only roundtrip,scale
+#   ./scripts/bench.sh --scale 1000    the scale section at 1000 workflows x 100 (default 10000: 1M)
 #   ./scripts/bench.sh --ts-install    also install the TS bench's own dependencies (SqliteSaver,
 #                                      better-sqlite3: compiled from source, minutes) if missing
 #
@@ -24,8 +25,8 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --ts-install) ts_install=1; args+=("$1"); shift ;;
     --tiny) args+=("$1"); shift ;;
-    --runs|--only) args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --runs|--only|--scale) args+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -24,7 +24,7 @@ def test_bench_script_tiny(tmp_path: "os.PathLike[str]") -> None:
         results = json.load(f)
     run = results["runs"][0]
     ts_installed = os.path.isdir(os.path.join(ROOT, "clients", "ts", "bench", "node_modules", "better-sqlite3"))
-    for section in ("frames", "gobench", "probe", "roundtrip", "lg_full", "lg_normal", "ts_full", "ts_normal", "throughput", "scale"):
+    for section in ("frames", "gobench", "probe", "roundtrip", "lg_full", "lg_normal", "ts_full", "ts_normal", "throughput", "ts_throughput", "scale"):
         assert section in run, section
         err = run[section].get("error")
         if section.startswith("ts_") and not ts_installed:

@@ -67,6 +67,8 @@ def main() -> int:
     ap.add_argument("--starts", type=int, default=20)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--cache", default=None, help="keep the filled databases here and reuse them when they match "
+                                                 "(runs in a row fill once)")
     args = ap.parse_args()
     binary = ckptd.find_binary(args.binary)
     try:
@@ -76,14 +78,26 @@ def main() -> int:
             raise
         CkptdSaver = None  # type: ignore[assignment,misc]
 
-    work = tempfile.mkdtemp(prefix="bench-scale-", dir=args.dir)
+    work = args.cache or tempfile.mkdtemp(prefix="bench-scale-", dir=args.dir)
+    os.makedirs(work, exist_ok=True)
     res: Dict[str, Any] = {"workflows": args.workflows, "small_workflows": args.small_workflows, "per": args.per}
     try:
         sizes = {"small": args.small_workflows, "large": args.workflows}
         paths = {(sz, kind): os.path.join(work, "%s-%s.db" % (sz, kind)) for sz in sizes for kind in ("wf", "lg")}
+        marker = os.path.join(work, "filled.json")
+        want = {"small": args.small_workflows, "large": args.workflows, "per": args.per}
+        reuse = False
+        if os.path.exists(marker):
+            with open(marker) as f:
+                reuse = json.load(f) == want
+        if not reuse:
+            for path in paths.values():
+                for ext in ("", "-wal", "-shm"):
+                    if os.path.exists(path + ext):
+                        os.remove(path + ext)
         t0 = time.time()
         procs = []
-        for (sz, kind), path in paths.items():
+        for (sz, kind), path in ([] if reuse else paths.items()):
             n = sizes[sz]
             procs.append(subprocess.Popen([args.fill, "-db", path, "-per", str(args.per),
                                            "-workflows", str(n if kind == "wf" else 0),
@@ -93,7 +107,11 @@ def main() -> int:
             out, _ = p.communicate()
             if p.returncode:
                 raise SystemExit("fill failed: %s" % out)
+        if not reuse:
+            with open(marker, "w") as f:
+                json.dump(want, f)
         res["fill_seconds"] = time.time() - t0
+        res["reused_fill"] = reuse
         res["db_bytes"] = {"%s-%s" % k: size_of(p) for k, p in paths.items()}
         print("filled in %.0f s: %s" % (res["fill_seconds"], ", ".join("%s %.1f MB" % (k, v / 1e6) for k, v in res["db_bytes"].items())),
               flush=True)
@@ -154,7 +172,8 @@ def main() -> int:
         res["startup_ms"] = {"p50": pct(starts, .5), "p95": pct(starts, .95), "samples": starts}
         print("  startup to initialize (large): p50 %.1f ms, p95 %.1f ms" % (res["startup_ms"]["p50"], res["startup_ms"]["p95"]))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.cache:
+            shutil.rmtree(work, ignore_errors=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f)
