@@ -52,6 +52,27 @@ def rss_kb(pid: int) -> int:
     return -1
 
 
+def cpu_seconds(pid: int) -> float:
+    with open("/proc/%d/stat" % pid) as f:
+        x = f.read().rsplit(")", 1)[1].split()
+    return (int(x[11]) + int(x[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pids: List[int], limit: float = 300.0) -> float:
+    """Waits until the daemons stop using CPU (the background quick_check a database over 1 MiB
+    gets at start reads the whole file), so that reads are measured at steady state; returns
+    the seconds waited."""
+    t0 = time.time()
+    last = sum(cpu_seconds(p) for p in pids)
+    quiet = 0
+    while time.time() - t0 < limit and quiet < 3:
+        time.sleep(0.25)
+        now = sum(cpu_seconds(p) for p in pids)
+        quiet = quiet + 1 if now - last < 0.02 else 0
+        last = now
+    return time.time() - t0
+
+
 def size_of(path: str) -> int:
     return sum(os.path.getsize(path + e) for e in ("", "-wal", "-shm") if os.path.exists(path + e))
 
@@ -119,6 +140,9 @@ def main() -> int:
         dargs = ["--log-level", "warn"]
         clients = {sz: ckptd.Client(db=paths[(sz, "wf")], binary=binary, args=dargs) for sz in sizes}
         savers = {sz: CkptdSaver(db=paths[(sz, "lg")], binary=binary, args=dargs) for sz in sizes} if CkptdSaver else {}
+        pids = [c.pid for c in clients.values()] + [sv.client.pid for sv in savers.values()]
+        res["settle_seconds"] = settle([p for p in pids if p])
+        print("  daemons idle after %.1f s (start-up checks done)" % res["settle_seconds"], flush=True)
         rng = random.Random(7)
         ops = ["load_latest", "list10"] + (["get_tuple", "lg_list10"] if savers else [])
         lat: Dict[str, Dict[str, List[float]]] = {op: {sz: [] for sz in sizes} for op in ops}
@@ -151,8 +175,9 @@ def main() -> int:
             print("  %-12s p95 small %.3f ms, large %.3f ms: %.2fx" % (op, row["small"]["p95"], row["large"]["p95"], row["ratio_p95"]))
         res["samples_ms"] = lat
 
-        # memory at rest after the run (the large daemons)
-        time.sleep(1.0)
+        # memory at rest after the run (the large daemons): an idle store releases its page
+        # caches a second after its last request
+        time.sleep(2.5)
         res["rss_kb"] = {"wf-large": rss_kb(clients["large"].pid)}
         if savers:
             res["rss_kb"]["lg-large"] = rss_kb(savers["large"].client.pid)
