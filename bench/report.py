@@ -230,7 +230,37 @@ def _num(v: Optional[float], unit: str) -> str:
     return "%.3g" % v if v < 100 else "%.0f" % v
 
 
-def write(report: Dict[str, Any], out: str) -> int:
+# The targets the README's table shows (by label prefix).
+HEADLINE = ("WAL frames", "1 KB save + load", "100 KB save + load", "LangGraph Python put p95 vs SqliteSaver, FULL",
+            "LangGraph Python get_tuple p95 vs SqliteSaver, FULL", "LangGraph Python list(limit 10) p95 vs SqliteSaver, FULL",
+            "32 asyncio tasks", "LangGraph Python: 32 concurrent", "scale: load latest", "startup", "daemon RSS")
+README_BEGIN = "<!-- bench:begin (written by ./scripts/bench.sh) -->"
+README_END = "<!-- bench:end -->"
+
+
+def update_readme(path: str, report: Dict[str, Any], rows: List[str], header: str) -> None:
+    """Replaces the README's table between the bench markers with this run's headline rows."""
+    with open(path) as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        return
+    m = report["machine"]
+    body = [README_BEGIN, "", "Last run: %s, %s CPUs (%s), load average %s → %s; every ratio against its baseline measured in the "
+            "same run ([bench/REPORT.md](bench/REPORT.md) has every target, the machine and the plots)."
+            % (report["started"], m["cpus"], m["cpu"], report["load_start"], report["load_end"]), "", header,
+            header_rule(header)] + rows + ["", README_END]
+    a, rest = text.split(README_BEGIN, 1)
+    _, b = rest.split(README_END, 1)
+    with open(path, "w") as f:
+        f.write(a + "\n".join(body) + b)
+
+
+def header_rule(header: str) -> str:
+    n = header.count("|") - 1
+    return "|" + "---|" * n
+
+
+def write(report: Dict[str, Any], out: str, readme: Optional[str] = None) -> int:
     plots = os.path.join(out, "plots")
     os.makedirs(plots, exist_ok=True)
     runs = report["runs"]
@@ -289,7 +319,8 @@ def write(report: Dict[str, Any], out: str) -> int:
                                                    "" if base is None else _num(base, unit) + " " + unit,
                                                    " | ".join(cells), goal_s, verdict)
         lines.append(row)
-        headline.append(row)
+        if label.startswith(HEADLINE):
+            headline.append(row)
     lines += ["", "%d target(s) missed. Where a target is missed, bench/results/ has the profile of what is left." % missed, ""]
 
     # plots from the first run
@@ -393,4 +424,7 @@ def write(report: Dict[str, Any], out: str) -> int:
     lines += ["Per-run load average: " + "; ".join("run %d %s → %s" % (i + 1, r["load_start"], r["load_end"]) for i, r in enumerate(runs)), ""]
     with open(os.path.join(out, "REPORT.md"), "w") as f:
         f.write("\n".join(lines))
+    if readme:
+        update_readme(readme, report, headline, "| target | ckptd | baseline | " + " | ".join("run %d" % (i + 1) for i in range(len(runs)))
+                      + " | goal | verdict |")
     return missed
