@@ -254,8 +254,24 @@ CREATE TABLE claims (
 );
 CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL;
 `},
+	// Fewer index entries written per save (#18), as in the SQLite backend's step 8: the unique
+	// (workflow_id, seq) index carries the namespace (INCLUDE), so per-workflow reads that filter
+	// on a namespace need no second index; the cross-workflow namespace and phase indexes keep
+	// only the rows a filter needs them for (namespace <> '', phase <> 'completed'); the
+	// state_hash index (stats, inspect) leaves out checkpoints without a state.
+	{"leaner checkpoints indexes: one per-workflow index, partial namespace/phase/state indexes", `
+DROP INDEX checkpoints_wf_ns_seq;
+DROP INDEX checkpoints_wf_seq;
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints (workflow_id, seq) INCLUDE (namespace);
+DROP INDEX checkpoints_ns_id;
+CREATE INDEX checkpoints_ns_id ON checkpoints (namespace, id) WHERE namespace <> '';
+DROP INDEX checkpoints_phase_id;
+CREATE INDEX checkpoints_phase_id ON checkpoints (phase, id) WHERE phase <> 'completed';
+DROP INDEX checkpoints_state;
+CREATE INDEX checkpoints_state ON checkpoints (state_hash) WHERE state_hash IS NOT NULL;
+`},
 	// LangGraph fidelity and retention (store/postgres/channels.go, lgmaint.go; the same as
-	// SQLite's step 8): value variants and each checkpoint's value refs, values staged by
+	// SQLite's step 9): value variants and each checkpoint's value refs, values staged by
 	// lg/putValue, one row per thread (its last put, its own retention and expiry), the
 	// database's retention for threads without their own.
 	{"LangGraph value variants and refs, staged values, threads and their retention", `

@@ -13,13 +13,13 @@ import (
 	"github.com/ckptd/ckptd/store/storetest"
 )
 
-// TestLGMigrateVariants: a database of schema 7 (one value per version, no thread rows) reads as
+// TestLGMigrateVariants: a database of schema 8 (one value per version, no thread rows) reads as
 // before after the migration: every value variant 0, every thread with a row dated by its newest
 // checkpoint; a replayed branch after it gets a variant of its own.
 func TestLGMigrateVariants(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "old.db")
-	s, err := open(ctx, options(path, func(o *Options) { o.maxSchema = 7 }))
+	s, err := open(ctx, options(path, func(o *Options) { o.maxSchema = 8 }))
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	db := rawDB(t, path)

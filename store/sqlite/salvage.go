@@ -635,28 +635,28 @@ func (s *Store) RestoreSaga(ctx context.Context, workflowID string, l SagaLog) e
 	return wrapDB("restore the saga records of "+workflowID, err)
 }
 
-// lgV8 reports whether the database has the LangGraph columns of schema version 8 (value
+// lgHasVariants reports whether the database has the LangGraph columns of schema version 9 (value
 // variants and refs): a damaged database from an older ckptd, opened read-only, does not.
-func (s *Store) lgV8(ctx context.Context) bool {
-	s.lgV8Once.Do(func() {
+func (s *Store) lgHasVariants(ctx context.Context) bool {
+	s.lgVariantsOnce.Do(func() {
 		var n int
 		err := s.readAuto(ctx, func(tx *rtx) error {
 			return tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('lg_blobs') WHERE name = 'variant'`).Scan(&n)
 		})
-		s.lgV8Has = err != nil || n > 0
+		s.lgVariantsHas = err != nil || n > 0
 	})
-	return s.lgV8Has
+	return s.lgVariantsHas
 }
 
 func (s *Store) lgVariantCol(ctx context.Context) string {
-	if s.lgV8(ctx) {
+	if s.lgHasVariants(ctx) {
 		return "variant"
 	}
 	return "0"
 }
 
 func (s *Store) lgRefsCol(ctx context.Context) string {
-	if s.lgV8(ctx) {
+	if s.lgHasVariants(ctx) {
 		return "value_refs"
 	}
 	return "NULL"

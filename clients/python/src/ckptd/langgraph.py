@@ -33,12 +33,14 @@ executor: the underlying :class:`ckptd.Client` is thread-safe and pipelines conc
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import datetime
 import enum
 import json
 import math
 import numbers
+import os
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -87,6 +89,8 @@ _RETENTION_KEYS = {
     "max_age_seconds": "maxAgeSeconds",
     "idle_ttl_seconds": "idleTtlSeconds",
 }
+# Threads for the async methods (CkptdSaver._run): calls in flight at once.
+_ASYNC_THREADS = 32
 
 _Segment = Dict[str, Any]
 
@@ -251,6 +255,8 @@ class CkptdSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         self._retention = _retention_params(retention)
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._executor_pid = 0
         if client is not None:
             if db is not None or binary is not None or args or client_kwargs:
                 raise ValueError("give either client or db/binary/args, not both")
@@ -260,6 +266,7 @@ class CkptdSaver(BaseCheckpointSaver[str]):
             self.client = Client(db=db, binary=binary, args=args, client_name="ckptd-langgraph", **client_kwargs)
             self._owns_client = True
         if self._retention is not None and not self._lg_capability("retention"):
+            self.close()
             raise ValueError("retention needs a ckptd that keeps LangGraph retention (lg/configure): upgrade the ckptd binary")
 
     # ------------------------------------------------------------------------------------------
@@ -267,6 +274,9 @@ class CkptdSaver(BaseCheckpointSaver[str]):
 
     def close(self) -> None:
         """Stops the daemon the saver started (everything acknowledged is on disk); idempotent."""
+        ex, self._executor = self._executor, None
+        if ex is not None and self._executor_pid == os.getpid():
+            ex.shutdown(wait=False)
         if self._owns_client:
             self.client.close()
 
@@ -564,11 +574,18 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         return self._history(config, channels)
 
     # ------------------------------------------------------------------------------------------
-    # BaseCheckpointSaver: async (the sync calls on the loop's default executor)
+    # BaseCheckpointSaver: async (the sync calls on the saver's own threads)
 
-    @staticmethod
-    async def _run(fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        # The client pipelines calls from many threads over one daemon, whose writer commits
+        # the writes that arrive together in one transaction: the more calls in flight, the
+        # fewer commits. The loop's default executor has cpu_count + 4 threads (6 on two
+        # cores), which capped concurrent graphs at 6 calls in flight (#18).
+        ex = self._executor
+        if ex is None or self._executor_pid != os.getpid():  # threads do not survive a fork
+            ex = self._executor = concurrent.futures.ThreadPoolExecutor(_ASYNC_THREADS, thread_name_prefix="ckptd-saver")
+            self._executor_pid = os.getpid()
+        return await asyncio.get_running_loop().run_in_executor(ex, fn, *args)
 
     async def aget_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
         return await self._run(self.get_tuple, config)
