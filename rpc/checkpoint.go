@@ -496,7 +496,7 @@ func (s *Server) prune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	req := store.PruneRequest{WorkflowID: p.WorkflowID, DryRun: p.DryRun}
+	req := store.PruneRequest{WorkflowID: p.WorkflowID, DryRun: p.DryRun, OmitIDs: true} // the ids go out as checkpoint/pruned, bite by bite
 	if p.KeepLast == nil && p.OlderThanSeconds == nil {
 		return reply{}, invalidParams("keepLast", "give keepLast and/or olderThanSeconds")
 	}

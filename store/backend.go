@@ -42,9 +42,11 @@ type Checkpoints interface {
 
 // Workflows keeps a workflow's own row: retention, completion, configured sources.
 type Workflows interface {
-	// Workflows summarises every workflow (resumableOnly: those with checkpoints, not completed),
-	// most recently updated first.
-	Workflows(ctx context.Context, resumableOnly bool) ([]WorkflowInfo, error)
+	// ListWorkflows summarises one page of workflows (WorkflowFilter, store/pages.go), from the
+	// per-workflow figures kept in every write's transaction (count, stored bytes, latest) and
+	// through an index of the listing's order: a page costs what it returns, not what is
+	// stored. AllWorkflows pages through every one.
+	ListWorkflows(ctx context.Context, f WorkflowFilter) (WorkflowPage, error)
 	// Workflow summarises one workflow; ErrNotFound if it is unknown.
 	Workflow(ctx context.Context, workflowID string) (WorkflowInfo, error)
 	// Configure sets a workflow's retention (r nil: only reads the effective one).
@@ -94,6 +96,10 @@ type LangGraph interface {
 	LGDeleteForRuns(ctx context.Context, runIDs []string) (int, error)
 	// LGThreads lists every thread, most recently updated first.
 	LGThreads(ctx context.Context) ([]LGThread, error)
+	// ListLGThreads lists one page of at most limit threads (LGThreadList), most recently
+	// updated first, after cursor ("" : from the newest), through the kept list of threads: a
+	// page costs its threads' rows, not every LangGraph row.
+	ListLGThreads(ctx context.Context, limit int, cursor string) (LGThreadList, error)
 	// LGThreadCheckpoints lists a thread's checkpoints (namespace by namespace, newest first).
 	LGThreadCheckpoints(ctx context.Context, thread string, namespace *string, limit int) ([]LGCheckpointInfo, error)
 }
@@ -180,6 +186,10 @@ type Maintenance interface {
 	Verify(ctx context.Context, progress func(done, total int)) ([]CorruptError, error)
 	// IntegrityCheck runs the database's own consistency check (About.Integrity): its problems.
 	IntegrityCheck(ctx context.Context) ([]string, error)
+	// CheckFigures recounts the kept figures (each workflow's count, stored bytes and newest
+	// seq; the database's counters) from the rows they count: one line per figure that
+	// differs. It reads everything, like Verify.
+	CheckFigures(ctx context.Context) ([]string, error)
 	// VerifyLG re-checks every stored LangGraph byte string.
 	VerifyLG(ctx context.Context) (LGCounts, []LGProblem, error)
 	// Compact compresses every state still waiting for deferred compression now.

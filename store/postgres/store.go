@@ -102,6 +102,11 @@ type Store struct {
 	feed      feed
 	closeOnce sync.Once
 	closeErr  error
+
+	shard int16        // this process's row of counters (figures.go)
+	bites *store.Bites // sizes and counts the bites of long maintenance (bites.go)
+	// sweeping holds the workflows whose retention is being swept (sweepLater); under mu.
+	sweeping map[string]bool
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -186,6 +191,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{
 		opts: opts, schema: schema, channel: "ckptd:" + schema, location: loc, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
 		cfg: cfg, origin: uuid.NewString(), wake: make(chan struct{}, 1), stopBG: make(chan struct{}),
+		shard: pickShard(), bites: store.NewBites(opts.Options),
 	}
 	switch {
 	case opts.BlobCacheBytes == 0:

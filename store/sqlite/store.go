@@ -102,6 +102,10 @@ type Store struct {
 	cancelCheck context.CancelFunc
 	// gate orders the write transactions of the processes sharing the database (gate_linux.go).
 	gate *writeGate
+	// bites sizes and counts the bites of long maintenance (bites.go).
+	bites *store.Bites
+	// sweeping holds the workflows whose retention is being swept (sweepLater); under mu.
+	sweeping map[string]bool
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -172,7 +176,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{
 		opts: opts, path: abs, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
 		wake: make(chan struct{}, 1), stopBG: make(chan struct{}), ckptKick: make(chan struct{}, 1),
-		compact: newCompactor(),
+		compact: newCompactor(), bites: store.NewBites(opts.Options),
 	}
 	switch {
 	case opts.BlobCacheBytes == 0:

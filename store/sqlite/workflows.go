@@ -1,0 +1,194 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ckptd/ckptd/store"
+)
+
+// workflowCols are the workflows columns of a WorkflowInfo, in scanWorkflow's order: the row and
+// its kept figures (figures.go).
+const workflowCols = `w.workflow_id, w.updated_at, w.completed_at, w.ckpt_count, w.stored_bytes, w.latest_seq`
+
+type workflowRow struct {
+	info   store.WorkflowInfo
+	latest int64
+}
+
+func scanWorkflow(rows interface{ Scan(...any) error }) (workflowRow, error) {
+	var r workflowRow
+	var updated int64
+	var completed sql.NullInt64
+	if err := rows.Scan(&r.info.WorkflowID, &updated, &completed, &r.info.Count, &r.info.StoredBytes, &r.latest); err != nil {
+		return r, err
+	}
+	r.info.UpdatedAt = time.UnixMicro(updated).UTC()
+	r.info.Completed = completed.Valid
+	r.info.Resumable = r.info.Count > 0 && !completed.Valid
+	return r, nil
+}
+
+// latestQuery reads a workflow's newest checkpoint by its kept seq.
+const latestQuery = `SELECT ` + summaryCols + ` FROM checkpoints c WHERE c.workflow_id = ? AND c.seq = ?`
+
+// withLatest reads the newest checkpoint of each row (a probe by key each) and returns the
+// infos.
+func withLatest(ctx context.Context, tx *rtx, rs []workflowRow) ([]store.WorkflowInfo, error) {
+	out := make([]store.WorkflowInfo, 0, len(rs))
+	for _, r := range rs {
+		if r.latest > 0 {
+			var x summaryScan
+			err := tx.cachedRow(ctx, latestQuery, r.info.WorkflowID, r.latest).Scan(x.dest()...)
+			switch {
+			case err == nil:
+				sm, _ := x.finish() // a bad stored error is reported when the checkpoint is loaded
+				r.info.Latest = &sm
+			case !errors.Is(err, sql.ErrNoRows):
+				return nil, err
+			}
+		}
+		out = append(out, r.info)
+	}
+	return out, nil
+}
+
+// workflowPageQuery builds the SQL of one page of f after k (nil: the first page), reading
+// Limit+1 rows. Every shape walks one index in its ORDER BY order (no sort), starting at the
+// cursor: workflows_updated (every workflow by update time), workflows_claimable (the
+// resumable ones by update time), workflows_resumable (the resumable ones by id), the primary
+// key (every workflow by id). Claimable probes claims by key at the clock now. Stored (one
+// page of the largest) reads the whole table: it serves reports only.
+func workflowPageQuery(f store.WorkflowFilter, k *store.WorkflowKey, now int64) (string, []any) {
+	var from, order string
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("?%d", len(args))
+	}
+	if f.ResumableOnly {
+		where = append(where, `w.completed_at IS NULL`, `w.ckpt_count > 0`)
+	}
+	switch {
+	case f.Order == store.OrderStored:
+		from, order = `workflows w`, `w.stored_bytes DESC, w.workflow_id`
+	case f.Order == store.OrderID && f.ResumableOnly:
+		from, order = `workflows w INDEXED BY workflows_resumable`, `w.workflow_id`
+	case f.Order == store.OrderID:
+		from, order = `workflows w`, `w.workflow_id`
+	case f.ResumableOnly:
+		from = `workflows w INDEXED BY workflows_claimable`
+	default:
+		from = `workflows w INDEXED BY workflows_updated`
+	}
+	if order == "" { // by update time: newest first, or oldest first for claimable
+		order = `w.updated_at DESC, w.workflow_id DESC`
+		if f.Ascending() {
+			order = `w.updated_at, w.workflow_id`
+		}
+	}
+	if k != nil {
+		cmp := "<"
+		if f.Ascending() {
+			cmp = ">"
+		}
+		if f.Order == store.OrderID {
+			where = append(where, `w.workflow_id `+cmp+` `+arg(k.ID))
+		} else {
+			where = append(where, `(w.updated_at, w.workflow_id) `+cmp+` (`+arg(k.UpdatedAt.UnixMicro())+`, `+arg(k.ID)+`)`)
+		}
+	}
+	if f.Claimable {
+		where = append(where, `NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
+			AND k.owner IS NOT NULL AND k.expires_at > `+arg(now)+`)`)
+	}
+	q := `SELECT ` + workflowCols + ` FROM ` + from
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY ` + order + ` LIMIT ` + arg(f.Limit+1)
+	return q, args
+}
+
+// ListWorkflows summarises one page of workflows (store.WorkflowFilter) from their kept
+// figures: a page costs its rows and one probe each for their newest checkpoint.
+func (s *Store) ListWorkflows(ctx context.Context, f store.WorkflowFilter) (store.WorkflowPage, error) {
+	if err := f.Normalize(); err != nil {
+		return store.WorkflowPage{}, err
+	}
+	k, err := f.DecodeCursor()
+	if err != nil {
+		return store.WorkflowPage{}, err
+	}
+	var page store.WorkflowPage
+	err = s.readTx(ctx, func(tx *rtx) error {
+		q, args := workflowPageQuery(f, k, s.now().UnixMicro())
+		var rs []workflowRow
+		err := scanCached(ctx, tx, q, func(rows *sql.Rows) error {
+			r, err := scanWorkflow(rows)
+			if err != nil {
+				return err
+			}
+			rs = append(rs, r)
+			return nil
+		}, args...)
+		if err != nil {
+			return err
+		}
+		infos, err := withLatest(ctx, tx, rs)
+		if err != nil {
+			return err
+		}
+		page = f.Page(infos)
+		return nil
+	})
+	if err != nil {
+		what := "list workflows"
+		if f.Claimable {
+			what = "list claimable workflows"
+		}
+		return store.WorkflowPage{}, wrapDB(what, err)
+	}
+	return page, nil
+}
+
+// Workflow summarises one workflow from its kept figures; ErrNotFound if it is unknown.
+func (s *Store) Workflow(ctx context.Context, workflowID string) (store.WorkflowInfo, error) {
+	var info store.WorkflowInfo
+	err := s.readTx(ctx, func(tx *rtx) error {
+		r, err := scanWorkflow(tx.cachedRow(ctx, `SELECT `+workflowCols+` FROM workflows w WHERE w.workflow_id = ?`, workflowID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("workflow %q: %w", workflowID, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		infos, err := withLatest(ctx, tx, []workflowRow{r})
+		if err != nil {
+			return err
+		}
+		info = infos[0]
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return store.WorkflowInfo{}, err
+		}
+		return store.WorkflowInfo{}, wrapDB(fmt.Sprintf("workflow %q", workflowID), err)
+	}
+	return info, nil
+}
+
+// Claimable summarises the resumable workflows whose claim is free now, least recently updated
+// first (at most limit; 0: all), page by page through ListWorkflows.
+func (s *Store) Claimable(ctx context.Context, limit int) ([]store.WorkflowInfo, error) {
+	if limit < 0 {
+		return nil, invalid("limit", "must be >= 0")
+	}
+	return store.ClaimableWorkflows(ctx, s, limit)
+}
