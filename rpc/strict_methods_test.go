@@ -56,7 +56,7 @@ var strictMethods = map[string]strictMethod{
 		"validation": map[string]any{"minConfidence": 0.5, "warningThreshold": 0.8, "rollbackOnFailure": true,
 			"steps": map[string]any{"s": map[string]any{"minConfidence": 0.1}}},
 		"compensation": map[string]any{"required": []any{}}}},
-	protocol.MethodComplete:     {params: protocol.CompleteParams{}, changes: true, base: map[string]any{"workflowId": "keep", "preserve": true}},
+	protocol.MethodComplete: {params: protocol.CompleteParams{}, changes: true, base: map[string]any{"workflowId": "keep", "preserve": true}},
 	protocol.MethodWorkflowList: {params: protocol.WorkflowListParams{}, base: map[string]any{"resumableOnly": true, "claimable": true,
 		"limit": 5, "order": "id", "cursor": ""}},
 	protocol.MethodWritesPut: {params: protocol.WritesPutParams{}, changes: true, base: map[string]any{"workflowId": "keep", "namespace": "",
