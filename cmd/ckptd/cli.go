@@ -70,6 +70,7 @@ func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(
 		Logger:        log,
 		// A command must not spend its exit compressing a running daemon's fresh saves.
 		NoCompactor: true,
+		AfterBite:   biteHook(e),
 	}, create)
 	if err != nil {
 		return err

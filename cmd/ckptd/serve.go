@@ -163,6 +163,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		DefaultRetention: retention,
 		MaxStateBytes:    maxBytes,
 		Logger:           log,
+		AfterBite:        biteHook(e),
 	}, true)
 	if err != nil {
 		if isURL(path) { // the backend names the database (without its password)
