@@ -437,10 +437,16 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	return s.openReaders(busy, limit, sync, fullfsync)
 }
 
+// readCacheSize is each read connection's page cache (2 MiB, SQLite's own default): the read
+// pool's connections each keep a cache of their own, and on a database of millions of
+// checkpoints reads of random workflows fill them all, which with the writer's 16 MiB made a
+// daemon's RSS pass 64 MiB. Pages a read misses come from the operating system's page cache.
+const readCacheSize = "cache_size(-2048)"
+
 // openReaders opens the read pool and the WAL checkpointer's pool (connections come lazily).
 func (s *Store) openReaders(busy, limit, sync, fullfsync string) error {
 	var err error
-	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, ""), readPoolSize+1); err != nil {
+	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", readCacheSize}, ""), readPoolSize+1); err != nil {
 		return err
 	}
 	// rpool pins up to readPoolSize connections; one more serves tests and diagnostics.
