@@ -343,7 +343,9 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 		if err != nil {
 			return r, err
 		}
-		var l struct{ Checkpoints []struct{ CheckpointID string } }
+		var l struct {
+			Checkpoints []struct{ CheckpointID string }
+		}
 		if err := json.Unmarshal(res, &l); err != nil || len(l.Checkpoints) == 0 {
 			return r, fmt.Errorf("checkpoint/list: %v %s", err, res)
 		}
