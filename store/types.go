@@ -52,6 +52,11 @@ type Options struct {
 	// NoCompactor leaves states saved raw by others (a running daemon) alone: no background
 	// compactor, no compression at Close. For short-lived tools; their own saves compress inline.
 	NoCompactor bool
+	// NoOpenCheck skips the integrity check a backend runs when it opens a database (SQLite:
+	// PRAGMA quick_check, which reads the whole file): for short-lived tools (the ckptd
+	// commands), whose cost would otherwise grow with the database. Damage a statement meets
+	// still stops writes.
+	NoOpenCheck bool
 	// BlobCacheBytes sizes the in-memory cache of LangGraph channel values: 0 means
 	// DefaultBlobCacheBytes, < 0 none.
 	BlobCacheBytes int64

@@ -62,9 +62,10 @@ func main() {
 	}
 }
 
-// result is one op's latencies at one scale.
+// result is one op's latencies at one scale, and the workflows a listing returned.
 type result struct {
 	p50, p95, max time.Duration
+	rows          int
 }
 
 func summarize(ds []time.Duration) result {
@@ -361,8 +362,19 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 		name string
 		run  func() error
 	}
+	rows := map[string]int{}
 	rpcOp := func(name string, params func() string) op {
-		return op{name, func() error { _, err := p.call(strings.Fields(name)[0], params(), nil); return err }}
+		return op{name, func() error {
+			res, err := p.call(strings.Fields(name)[0], params(), nil)
+			if err == nil && strings.HasPrefix(name, "workflow/list") {
+				var l struct{ Workflows []json.RawMessage }
+				if err := json.Unmarshal(res, &l); err != nil {
+					return err
+				}
+				rows[name] = len(l.Workflows)
+			}
+			return err
+		}}
 	}
 	cli := func(args ...string) func() error {
 		return func() error {
@@ -389,7 +401,7 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 	lat := map[string][]time.Duration{}
 	for round := 0; round < n; round++ { // interleaved: noise hits every op alike
 		for _, o := range ops {
-			if strings.HasPrefix(o.name, "ckptd ") && round%4 != 0 { // processes: a quarter as often
+			if strings.HasPrefix(o.name, "ckptd ") && round%2 != 0 { // processes: half as often
 				continue
 			}
 			t0 := time.Now()
@@ -403,7 +415,9 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 		}
 	}
 	for name, ds := range lat {
-		r.ops[name] = summarize(ds)
+		res := summarize(ds)
+		res.rows = rows[name]
+		r.ops[name] = res
 	}
 	r.rss["end"], r.rss["peak"] = rss(pid)
 	return r, nil
@@ -413,7 +427,8 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) 
 
 func report(runs []scaleRun) {
 	base := runs[0]
-	fmt.Printf("\np50 (p95) per op; ratio: p50 against the same op at %d checkpoints, in this run\n\n", base.checkpoints)
+	fmt.Printf("\np50 (p95) per op; ratio: p50 against the same op at %d checkpoints, in this run (a listing that\n"+
+		"returned a different number of workflows there: p50 per workflow returned, marked /wf)\n\n", base.checkpoints)
 	fmt.Printf("| %-32s |", "op")
 	for _, r := range runs {
 		fmt.Printf(" %-26s |", fmt.Sprintf("%d checkpoints", r.checkpoints))
@@ -429,8 +444,13 @@ func report(runs []scaleRun) {
 		for _, r := range runs {
 			o := r.ops[name]
 			cell := fmt.Sprintf("%s (%s)", ms(o.p50), ms(o.p95))
-			if r.checkpoints != base.checkpoints {
-				cell += fmt.Sprintf(" %.2fx", float64(o.p50)/float64(base.ops[name].p50))
+			b := base.ops[name]
+			switch {
+			case r.checkpoints == base.checkpoints:
+			case o.rows != b.rows && o.rows > 0 && b.rows > 0:
+				cell += fmt.Sprintf(" %.2fx/wf", (float64(o.p50)/float64(o.rows))/(float64(b.p50)/float64(b.rows)))
+			default:
+				cell += fmt.Sprintf(" %.2fx", float64(o.p50)/float64(b.p50))
 			}
 			fmt.Printf(" %-26s |", cell)
 		}

@@ -125,19 +125,22 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-// pruneProgress shows a long prune's progress on a terminal, redrawn in place at most every
-// 100ms: checkpoints deleted, workflows gone through of how many, elapsed time.
+// pruneProgress shows the progress of a prune that takes more than one transaction ("bite") on a
+// terminal, redrawn in place at most every 100ms: checkpoints deleted, workflows gone through
+// of how many, elapsed time. The line is cleared when the prune ends.
 type pruneProgress struct {
 	w     io.Writer
 	start time.Time
 	last  time.Time
 	dry   bool
 	drawn bool
+	bites int
 }
 
 func (p *pruneProgress) update(pr store.PruneProgress) {
+	p.bites++
 	now := time.Now()
-	if now.Sub(p.last) < 100*time.Millisecond || now.Sub(p.start) < 200*time.Millisecond {
+	if p.bites < 2 || (p.drawn && now.Sub(p.last) < 100*time.Millisecond) {
 		return
 	}
 	p.last, p.drawn = now, true

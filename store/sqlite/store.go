@@ -203,7 +203,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.recordFiles()
 	s.gate = openGate(abs)
-	if fi, err := os.Stat(abs); err == nil && !created && fi.Size() > syncQuickCheckBytes {
+	if fi, err := os.Stat(abs); err == nil && !created && !opts.NoOpenCheck && fi.Size() > syncQuickCheckBytes {
 		s.checkInBackground()
 	}
 	s.writerWG.Add(1)
@@ -392,7 +392,7 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	if err := checkSchema(ctx, s.wconn, s.retry); err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)
 	}
-	if !created {
+	if !created && !s.opts.NoOpenCheck {
 		if fi, err := os.Stat(s.path); err == nil && fi.Size() <= syncQuickCheckBytes {
 			if err := s.checkNow(ctx); err != nil {
 				return fmt.Errorf("open store %s: %w", s.path, err)
