@@ -151,8 +151,11 @@ func (s *Store) complete(ctx context.Context, workflowID string, preserve bool, 
 			if err != nil {
 				return false, err
 			}
-			if preserve || latest == 0 {
+			if preserve {
 				return true, nil
+			}
+			if latest == 0 { // no checkpoints: only its pending writes and compensation log go
+				return true, dropWorkflowRows(ctx, w, workflowID, false)
 			}
 			upTo = latest
 		}

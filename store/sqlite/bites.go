@@ -139,8 +139,11 @@ func (s *Store) CompleteFenced(ctx context.Context, workflowID string, preserve 
 			if err != nil {
 				return false, err
 			}
-			if preserve || latest == 0 {
+			if preserve {
 				return true, nil
+			}
+			if latest == 0 { // no checkpoints: only its pending writes and compensation log go
+				return true, s.dropWorkflowRows(ctx, w, workflowID, false)
 			}
 			upTo = latest
 		}
