@@ -84,7 +84,7 @@ type scaleRun struct {
 var opNames = []string{
 	"checkpoint/load latest", "checkpoint/load by id", "checkpoint/list limit 10", "resume/plan",
 	"workflow/list limit 100", "workflow/list (page of 1000)", "workflow/list resumableOnly", "workflow/list claimable",
-	"workflow/list order id, cursor", "stats", "ckptd ls", "ckptd threads", "ckptd stats",
+	"workflow/list order id, cursor", "stats", "ckptd ls", "ckptd threads",
 }
 
 func run(bin string, scales []int, dir string, n int, before time.Duration, prune bool) error {
@@ -396,7 +396,6 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 		rpcOp("stats", func() string { return `{}` }),
 		{"ckptd ls", cli("ls")},
 		{"ckptd threads", cli("threads")},
-		{"ckptd stats", cli("stats")},
 	}
 	lat := map[string][]time.Duration{}
 	for round := 0; round < n; round++ { // interleaved: noise hits every op alike
