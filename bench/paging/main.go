@@ -419,6 +419,10 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 		r.ops[name] = res
 	}
 	r.rss["end"], r.rss["peak"] = rss(pid)
+	if os.Getenv("PAGING_SMAPS") != "" {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		fmt.Fprintf(os.Stderr, "smaps_rollup at %d:\n%s\n", scale, b)
+	}
 	return r, nil
 }
 

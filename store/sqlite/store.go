@@ -364,8 +364,11 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	busy := fmt.Sprintf("busy_timeout(%d)", s.opts.busyTimeout.Milliseconds())
 	limit := fmt.Sprintf("journal_size_limit(%d)", walTruncateSize)
 	// journal_mode is switched only after checkSchema: a refused file must stay untouched.
+	// cache_size: 8 MiB holds every interior page of a database of millions of checkpoints; the
+	// leaves a save touches at random miss anyway (random saves at 1M checkpoints: the same latency
+	// as with 16 MiB, 16 MiB less RSS).
 	wp := []string{busy, "foreign_keys(0)", limit, "synchronous(" + sync + ")", fullfsync, "wal_autocheckpoint(0)",
-		"temp_store(MEMORY)", "cache_size(-16384)"}
+		"temp_store(MEMORY)", "cache_size(-8192)"}
 	if created {
 		// must precede the first table; on an existing file it would rewrite the header page
 		wp = append(wp, "auto_vacuum(INCREMENTAL)")

@@ -36,6 +36,17 @@ func scanWorkflow(rows interface{ Scan(...any) error }) (workflowRow, error) {
 // latestQuery reads a workflow's newest checkpoint by its kept seq.
 const latestQuery = `SELECT ` + summaryCols + ` FROM checkpoints c WHERE c.workflow_id = ? AND c.seq = ?`
 
+// joinedSummaryCols are summaryCols for a LEFT JOIN of the newest checkpoint: the columns that
+// cannot be NULL in the table read as zero values when the workflow has no checkpoint (c.id 0).
+const joinedSummaryCols = `coalesce(c.id, 0), coalesce(c.checkpoint_id, ''), coalesce(c.workflow_id, ''),
+	coalesce(c.namespace, ''), coalesce(c.seq, 0), c.parent_id, coalesce(c.phase, ''), coalesce(c.step, 0), c.step_name,
+	c.error, c.workflow_hash, c.metadata, coalesce(c.created_at, 0), coalesce(c.state_type, ''), coalesce(c.size, 0),
+	coalesce(c.stored_size, 0), c.state_hash, coalesce(c.completed_count, 0), coalesce(c.pending_count, 0),
+	coalesce(c.format_version, 0), c.validation_status, c.validation`
+
+// latestJoin joins each listed workflow's newest checkpoint, probed by key (workflow_id, seq).
+const latestJoin = ` LEFT JOIN checkpoints c ON c.workflow_id = w.workflow_id AND c.seq = w.latest_seq`
+
 // withLatest reads the newest checkpoint of each row (a probe by key each) and returns the
 // infos.
 func withLatest(ctx context.Context, tx *rtx, rs []workflowRow) ([]store.WorkflowInfo, error) {
@@ -57,9 +68,29 @@ func withLatest(ctx context.Context, tx *rtx, rs []workflowRow) ([]store.Workflo
 	return out, nil
 }
 
+// scanWorkflowLatest scans a row of workflowCols and joinedSummaryCols.
+func scanWorkflowLatest(rows *sql.Rows) (store.WorkflowInfo, error) {
+	var r workflowRow
+	var updated int64
+	var completed sql.NullInt64
+	var x summaryScan
+	dest := append([]any{&r.info.WorkflowID, &updated, &completed, &r.info.Count, &r.info.StoredBytes, &r.latest}, x.dest()...)
+	if err := rows.Scan(dest...); err != nil {
+		return r.info, err
+	}
+	r.info.UpdatedAt = time.UnixMicro(updated).UTC()
+	r.info.Completed = completed.Valid
+	r.info.Resumable = r.info.Count > 0 && !completed.Valid
+	if x.rowid != 0 {
+		sm, _ := x.finish() // a bad stored error is reported when the checkpoint is loaded
+		r.info.Latest = &sm
+	}
+	return r.info, nil
+}
+
 // workflowPageQuery builds the SQL of one page of f after k (nil: the first page), reading
-// Limit+1 rows. Every shape walks one index in its ORDER BY order (no sort), starting at the
-// cursor: workflows_updated (every workflow by update time), workflows_claimable (the
+// Limit+1 rows, each with its newest checkpoint (latestJoin). Every shape walks one index in
+// its ORDER BY order (no sort), starting at the cursor: workflows_updated (every workflow by update time), workflows_claimable (the
 // resumable ones by update time), workflows_resumable (the resumable ones by id), the primary
 // key (every workflow by id). Claimable probes claims by key at the clock now. Stored (one
 // page of the largest) reads the whole table: it serves reports only.
@@ -107,7 +138,7 @@ func workflowPageQuery(f store.WorkflowFilter, k *store.WorkflowKey, now int64) 
 		where = append(where, `NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
 			AND k.owner IS NOT NULL AND k.expires_at > `+arg(now)+`)`)
 	}
-	q := `SELECT ` + workflowCols + ` FROM ` + from
+	q := `SELECT ` + workflowCols + `, ` + joinedSummaryCols + ` FROM ` + from + latestJoin
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -128,19 +159,15 @@ func (s *Store) ListWorkflows(ctx context.Context, f store.WorkflowFilter) (stor
 	var page store.WorkflowPage
 	err = s.readTx(ctx, func(tx *rtx) error {
 		q, args := workflowPageQuery(f, k, s.now().UnixMicro())
-		var rs []workflowRow
+		var infos []store.WorkflowInfo
 		err := scanCached(ctx, tx, q, func(rows *sql.Rows) error {
-			r, err := scanWorkflow(rows)
+			info, err := scanWorkflowLatest(rows)
 			if err != nil {
 				return err
 			}
-			rs = append(rs, r)
+			infos = append(infos, info)
 			return nil
 		}, args...)
-		if err != nil {
-			return err
-		}
-		infos, err := withLatest(ctx, tx, rs)
 		if err != nil {
 			return err
 		}
