@@ -46,6 +46,7 @@ func main() {
 	n := flag.Int("n", 40, "requests per op and scale")
 	pruneSecs := flag.Float64("before", 5, "seconds of saves measured before the prune")
 	noPrune := flag.Bool("no-prune", false, "skip the prune-while-saving run")
+	flag.StringVar(&only, "ops", "", "comma-separated ops to run (default: all)")
 	flag.Parse()
 	var scales []int
 	for _, f := range strings.Split(*scalesFlag, ",") {
@@ -61,6 +62,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// only limits the ops run (-ops).
+var only string
 
 // result is one op's latencies at one scale, and the workflows a listing returned.
 type result struct {
@@ -103,16 +107,18 @@ func run(bin string, scales []int, dir string, n int, before time.Duration, prun
 	fmt.Printf("ckptd paging bench: %s, %d requests per op; load average %s\n", time.Now().Format(time.RFC3339), n,
 		strings.Join(strings.Fields(string(load))[:3], " "))
 	var runs []scaleRun
+	var paths []string
 	for _, sc := range scales {
 		path := filepath.Join(dir, fmt.Sprintf("paging-%d.db", sc))
 		if err := build(path, sc); err != nil {
 			return err
 		}
-		r, err := measure(bin, path, sc, n)
-		if err != nil {
-			return err
-		}
-		runs = append(runs, r)
+		warmFile(path) // in the operating system's page cache, like a database in use
+		paths = append(paths, path)
+	}
+	runs, err := measure(bin, paths, scales, n)
+	if err != nil {
+		return err
 	}
 	report(runs)
 	if !prune {
@@ -324,16 +330,93 @@ func rss(pid int) (cur, peak int64) {
 	return cur, peak
 }
 
-// measure starts a daemon on path and times every op n times (the CLI commands a few times).
-func measure(bin, path string, scale, n int) (scaleRun, error) {
-	r := scaleRun{checkpoints: scale, ops: map[string]result{}, rss: map[string]int64{}}
+// warmFile reads a database file once, so that every scale starts with its pages in the
+// operating system's page cache.
+func warmFile(path string) {
+	for _, f := range []string{path, path + "-wal"} {
+		if in, err := os.Open(f); err == nil {
+			_, _ = io.Copy(io.Discard, in)
+			in.Close()
+		}
+	}
+}
+
+// measure starts a daemon per database and times every op n times at every scale, interleaved
+// (op by op, scale by scale, round after round) so that the machine's load hits every scale
+// alike; the CLI commands run every other round.
+func measure(bin string, paths []string, scales []int, n int) ([]scaleRun, error) {
+	var all []*scaleOps
+	defer func() {
+		for _, so := range all {
+			so.p.stop()
+		}
+	}()
+	for i, path := range paths {
+		so, err := prepareOps(bin, path, scales[i])
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, so)
+	}
+	for round := 0; round < n; round++ {
+		for _, name := range opNames {
+			if strings.HasPrefix(name, "ckptd ") && round%2 != 0 { // processes: half as often
+				continue
+			}
+			if only != "" && !slices.Contains(strings.Split(only, ","), name) {
+				continue
+			}
+			for _, so := range all {
+				t0 := time.Now()
+				if err := so.ops[name](); err != nil {
+					return nil, fmt.Errorf("%s at %d: %w", name, so.run.checkpoints, err)
+				}
+				so.lat[name] = append(so.lat[name], time.Since(t0))
+			}
+		}
+		if round == 0 {
+			for _, so := range all {
+				so.run.rss["after one list"], _ = rss(so.p.cmd.Process.Pid)
+			}
+		}
+	}
+	var out []scaleRun
+	for _, so := range all {
+		for name, ds := range so.lat {
+			res := summarize(ds)
+			res.rows = so.rows[name]
+			so.run.ops[name] = res
+		}
+		pid := so.p.cmd.Process.Pid
+		so.run.rss["end"], so.run.rss["peak"] = rss(pid)
+		if os.Getenv("PAGING_SMAPS") != "" {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+			fmt.Fprintf(os.Stderr, "smaps_rollup at %d:\n%s\n", so.run.checkpoints, b)
+		}
+		out = append(out, so.run)
+	}
+	return out, nil
+}
+
+// scaleOps are one scale's daemon, ops and measurements.
+type scaleOps struct {
+	run  scaleRun
+	p    *proc
+	ops  map[string]func() error
+	rows map[string]int
+	lat  map[string][]time.Duration
+}
+
+// prepareOps starts a daemon on path and sets up the ops on it.
+func prepareOps(bin, path string, scale int) (*scaleOps, error) {
+	so := &scaleOps{run: scaleRun{checkpoints: scale, ops: map[string]result{}, rss: map[string]int64{}}, ops: map[string]func() error{},
+		rows: map[string]int{}, lat: map[string][]time.Duration{}}
 	p, err := startDaemon(bin, path)
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	defer p.stop()
-	pid := p.cmd.Process.Pid
-	r.rss["start"], _ = rss(pid)
+	so.p = p
+	so.run.rss["start"], _ = rss(p.cmd.Process.Pid)
 	wfs := scale / 10
 	rng := rand.New(rand.NewPCG(7, uint64(scale)))
 	wf := func() string { return fmt.Sprintf("wf-%07d", rng.IntN(wfs)) }
@@ -342,39 +425,37 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 	for i := 0; i < 20; i++ {
 		res, err := p.call("checkpoint/list", fmt.Sprintf(`{"workflowId":%q,"limit":1}`, wf()), nil)
 		if err != nil {
-			return r, err
+			p.stop()
+			return nil, err
 		}
 		var l struct {
 			Checkpoints []struct{ CheckpointID string }
 		}
 		if err := json.Unmarshal(res, &l); err != nil || len(l.Checkpoints) == 0 {
-			return r, fmt.Errorf("checkpoint/list: %v %s", err, res)
+			p.stop()
+			return nil, fmt.Errorf("checkpoint/list: %v %s", err, res)
 		}
 		ids = append(ids, l.Checkpoints[0].CheckpointID)
 	}
 	var firstPage struct{ Cursor string }
 	res, err := p.call("workflow/list", `{"order":"id","limit":100}`, nil)
 	if err != nil {
-		return r, err
+		p.stop()
+		return nil, err
 	}
 	_ = json.Unmarshal(res, &firstPage)
-	type op struct {
-		name string
-		run  func() error
-	}
-	rows := map[string]int{}
-	rpcOp := func(name string, params func() string) op {
-		return op{name, func() error {
+	rpcOp := func(name string, params func() string) {
+		so.ops[name] = func() error {
 			res, err := p.call(strings.Fields(name)[0], params(), nil)
 			if err == nil && strings.HasPrefix(name, "workflow/list") {
 				var l struct{ Workflows []json.RawMessage }
 				if err := json.Unmarshal(res, &l); err != nil {
 					return err
 				}
-				rows[name] = len(l.Workflows)
+				so.rows[name] = len(l.Workflows)
 			}
 			return err
-		}}
+		}
 	}
 	cli := func(args ...string) func() error {
 		return func() error {
@@ -383,47 +464,19 @@ func measure(bin, path string, scale, n int) (scaleRun, error) {
 			return cmd.Run()
 		}
 	}
-	ops := []op{
-		rpcOp("checkpoint/load latest", func() string { return fmt.Sprintf(`{"workflowId":%q}`, wf()) }),
-		rpcOp("checkpoint/load by id", func() string { return fmt.Sprintf(`{"checkpointId":%q}`, ids[rng.IntN(len(ids))]) }),
-		rpcOp("checkpoint/list limit 10", func() string { return fmt.Sprintf(`{"workflowId":%q,"limit":10}`, wf()) }),
-		rpcOp("resume/plan", func() string { return fmt.Sprintf(`{"workflowId":%q}`, wf()) }),
-		rpcOp("workflow/list limit 100", func() string { return `{"limit":100}` }),
-		rpcOp("workflow/list (page of 1000)", func() string { return `{}` }),
-		rpcOp("workflow/list resumableOnly", func() string { return `{"resumableOnly":true}` }),
-		rpcOp("workflow/list claimable", func() string { return `{"claimable":true}` }),
-		rpcOp("workflow/list order id, cursor", func() string { return fmt.Sprintf(`{"order":"id","limit":100,"cursor":%q}`, firstPage.Cursor) }),
-		rpcOp("stats", func() string { return `{}` }),
-		{"ckptd ls", cli("ls")},
-		{"ckptd threads", cli("threads")},
-	}
-	lat := map[string][]time.Duration{}
-	for round := 0; round < n; round++ { // interleaved: noise hits every op alike
-		for _, o := range ops {
-			if strings.HasPrefix(o.name, "ckptd ") && round%2 != 0 { // processes: half as often
-				continue
-			}
-			t0 := time.Now()
-			if err := o.run(); err != nil {
-				return r, fmt.Errorf("%s at %d: %w", o.name, scale, err)
-			}
-			lat[o.name] = append(lat[o.name], time.Since(t0))
-		}
-		if round == 0 {
-			r.rss["after one list"], _ = rss(pid)
-		}
-	}
-	for name, ds := range lat {
-		res := summarize(ds)
-		res.rows = rows[name]
-		r.ops[name] = res
-	}
-	r.rss["end"], r.rss["peak"] = rss(pid)
-	if os.Getenv("PAGING_SMAPS") != "" {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-		fmt.Fprintf(os.Stderr, "smaps_rollup at %d:\n%s\n", scale, b)
-	}
-	return r, nil
+	rpcOp("checkpoint/load latest", func() string { return fmt.Sprintf(`{"workflowId":%q}`, wf()) })
+	rpcOp("checkpoint/load by id", func() string { return fmt.Sprintf(`{"checkpointId":%q}`, ids[rng.IntN(len(ids))]) })
+	rpcOp("checkpoint/list limit 10", func() string { return fmt.Sprintf(`{"workflowId":%q,"limit":10}`, wf()) })
+	rpcOp("resume/plan", func() string { return fmt.Sprintf(`{"workflowId":%q}`, wf()) })
+	rpcOp("workflow/list limit 100", func() string { return `{"limit":100}` })
+	rpcOp("workflow/list (page of 1000)", func() string { return `{}` })
+	rpcOp("workflow/list resumableOnly", func() string { return `{"resumableOnly":true}` })
+	rpcOp("workflow/list claimable", func() string { return `{"claimable":true}` })
+	rpcOp("workflow/list order id, cursor", func() string { return fmt.Sprintf(`{"order":"id","limit":100,"cursor":%q}`, firstPage.Cursor) })
+	rpcOp("stats", func() string { return `{}` })
+	so.ops["ckptd ls"] = cli("ls")
+	so.ops["ckptd threads"] = cli("threads")
+	return so, nil
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
@@ -443,6 +496,9 @@ func report(runs []scaleRun) {
 	}
 	fmt.Println()
 	for _, name := range opNames {
+		if _, ok := base.ops[name]; !ok {
+			continue
+		}
 		fmt.Printf("| %-32s |", name)
 		for _, r := range runs {
 			o := r.ops[name]

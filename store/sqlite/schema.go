@@ -343,6 +343,18 @@ CREATE TRIGGER lg_threads_delete_value AFTER DELETE ON lg_blobs BEGIN
 		AND NOT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = OLD.thread_id);
 END;
 `,
+	// 10: the listings by update time read their rows from the index alone (store/sqlite/workflows.go):
+	// workflows_updated and workflows_claimable carry the listed columns, so a page walks index
+	// leaves in order instead of looking every workflow's row up at random (on a database of
+	// millions of checkpoints, a third of a page's random reads). Both entries are rewritten by
+	// every save already (updated_at is in their key); a wider entry costs no more pages.
+	`
+DROP INDEX workflows_updated;
+CREATE INDEX workflows_updated ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq);
+DROP INDEX workflows_claimable;
+CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq)
+	WHERE completed_at IS NULL AND ckpt_count > 0;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

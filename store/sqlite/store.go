@@ -440,11 +440,12 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	return s.openReaders(busy, limit, sync, fullfsync)
 }
 
-// readCacheSize is each read connection's page cache (2 MiB, SQLite's own default): the read
-// pool's connections each keep a cache of their own, and on a database of millions of
-// checkpoints reads of random workflows fill them all, which with the writer's 16 MiB made a
-// daemon's RSS pass 64 MiB. Pages a read misses come from the operating system's page cache.
-const readCacheSize = "cache_size(-2048)"
+// readCacheSize is each read connection's page cache (1 MiB; about twice that in RSS, with
+// the allocator's overhead): the read pool's five connections each keep a cache of their own,
+// and on a database of millions of checkpoints reads of random workflows fill them all, which
+// with 16 MiB each (and the writer's) made a daemon's RSS pass 64 MiB. Pages a read misses come
+// from the operating system's page cache.
+const readCacheSize = "cache_size(-1024)"
 
 // openReaders opens the read pool and the WAL checkpointer's pool (connections come lazily).
 func (s *Store) openReaders(busy, limit, sync, fullfsync string) error {
