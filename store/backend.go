@@ -33,7 +33,8 @@ type Checkpoints interface {
 	Inspect(ctx context.Context, checkpointID string) (Inspection, error)
 	// Delete removes one checkpoint with its pending writes; 0 if it does not exist.
 	Delete(ctx context.Context, checkpointID string) (int, error)
-	// Prune deletes old checkpoints per (workflow, namespace) (SelectExpired, PruneRequest.Retention).
+	// Prune deletes old checkpoints per (workflow, namespace) (SelectExpired, PruneRequest.Retention),
+	// in bites (store/bites.go: GroupBounds read again in every bite); results are summed.
 	Prune(ctx context.Context, req PruneRequest) (PruneResult, error)
 	// SetOnPruned registers a callback for checkpoints removed by "retention", "prune", "idle"
 	// or "complete"; it runs after the commit and must not block or call the backend.
@@ -55,11 +56,14 @@ type Workflows interface {
 	DefaultRetention() Retention
 	// IsCompleted reports whether a workflow was completed and not saved to since.
 	IsCompleted(ctx context.Context, workflowID string) (bool, error)
-	// Complete marks a workflow completed; without preserve its checkpoints are deleted.
+	// Complete marks a workflow completed; without preserve the checkpoints it had then are
+	// deleted, in bites after the one that marks it.
 	Complete(ctx context.Context, workflowID string, preserve bool) (int, error)
-	// DeleteWorkflow removes a workflow's checkpoints and its row; 0 if unknown.
+	// DeleteWorkflow removes a workflow's checkpoints (oldest first, in bites) and then its row;
+	// 0 if unknown.
 	DeleteWorkflow(ctx context.Context, workflowID string) (int, error)
-	// ExpireIdle deletes the workflows whose idle TTL has passed: workflowId -> checkpoint ids.
+	// ExpireIdle deletes the workflows whose idle TTL has passed, in bites that check again that
+	// each is still idle: workflowId -> checkpoint ids.
 	ExpireIdle(ctx context.Context) (map[string][]string, error)
 	// WorkflowSources returns the sources spec configured for a workflow, or nil.
 	WorkflowSources(ctx context.Context, workflowID string) (json.RawMessage, error)
@@ -159,7 +163,8 @@ type Archive interface {
 	// Export reads a workflow from one snapshot: begin gets its record and checkpoint count, each
 	// every checkpoint in seq order, verified and complete (manifest included).
 	Export(ctx context.Context, workflowID string, begin func(WorkflowRecord, int) error, each func(Checkpoint) error) error
-	// Import writes a workflow's checkpoints as Export produced them, in one transaction.
+	// Import writes a workflow's checkpoints as Export produced them, in bites
+	// (store/importing.go); a failure deletes what earlier bites wrote.
 	Import(ctx context.Context, wf WorkflowRecord, cps iter.Seq2[Checkpoint, error], opts ImportOptions) (ImportResult, error)
 	// LGExport reads every row of a thread from one snapshot, verified.
 	LGExport(ctx context.Context, thread string, begin func(LGThreadCounts) error, each func(LGRecord) error) error
