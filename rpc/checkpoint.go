@@ -512,6 +512,10 @@ func (s *Server) prune(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		}
 		req.OlderThanSeconds = *p.OlderThanSeconds
 	}
+	// The prune runs in bites and never deletes a checkpoint for being newer than it expected:
+	// the mutations that arrive after it may commit between its bites instead of waiting for
+	// the whole prune (docs/protocol.md, "Ordering of pipelined requests").
+	c.release()
 	res, err := s.store.Prune(ctx, req)
 	if err != nil {
 		return reply{}, storeError(err)

@@ -1,12 +1,20 @@
 package rpc
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckptd/ckptd/framing"
 	"github.com/ckptd/ckptd/protocol"
+	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/sqlite"
 )
 
 // TestWorkflowListPages (#22): workflow/list answers pages of limit workflows with a cursor
@@ -65,4 +73,71 @@ func TestWorkflowListPages(t *testing.T) {
 	} {
 		c.fail(protocol.MethodWorkflowList, tc.params, nil, protocol.CodeInvalidParams, tc.field)
 	}
+}
+
+// TestPruneLetsLaterSavesThrough (#22): a checkpoint/prune runs in bites, and a save sent after
+// it (pipelined on the same connection) commits between two of its bites instead of waiting for
+// the whole prune: the prune is held after its first bite until the save's reply has come.
+func TestPruneLetsLaterSavesThrough(t *testing.T) {
+	saved := make(chan struct{})
+	held := make(chan struct{}, 1)
+	st, err := sqlite.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "p.db"), BiteBudget: time.Nanosecond,
+		AfterBite: func(n int) {
+			if n == 1 {
+				held <- struct{}{}
+				select {
+				case <-saved:
+				case <-time.After(20 * time.Second):
+				}
+			}
+		}})
+	require.NoError(t, err)
+	defer st.Close()
+	for i := 0; i < 3*store.BiteUnits; i++ {
+		_, err := st.Save(context.Background(), store.SaveRequest{WorkflowID: fmt.Sprintf("old-%d", i%3)})
+		require.NoError(t, err)
+	}
+	srv := New(st, Options{Version: "test", Durability: "full"})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(context.Background(), inR, outW)
+		_ = outW.Close()
+	}()
+	defer func() { _ = inW.Close(); <-done }()
+	fr := framing.NewReader(outR, framing.Limits{})
+	send := func(id int, method, params string) {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, id, method, params)
+		_, err := inW.Write(framing.AppendFrame(nil, []byte(body), nil, false))
+		require.NoError(t, err)
+	}
+	go func() { // the prune first, the save right after it, pipelined
+		send(1, protocol.MethodPrune, `{"keepLast":1}`)
+		<-held
+		send(2, protocol.MethodSave, `{"workflowId":"live"}`)
+	}()
+	var order []string
+	for len(order) < 2 {
+		f, err := fr.Next()
+		require.NoError(t, err)
+		var r struct {
+			ID     int             `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(f.Body, &r))
+		require.Nil(t, r.Error, string(f.Body))
+		if r.ID == 2 {
+			order = append(order, "save")
+			close(saved)
+		} else {
+			order = append(order, "prune")
+			var pr protocol.PruneResult
+			require.NoError(t, json.Unmarshal(r.Result, &pr))
+			require.Equal(t, 3*store.BiteUnits-3, pr.Deleted)
+		}
+	}
+	require.Equal(t, []string{"save", "prune"}, order, "the save committed while the prune was between two bites")
 }
