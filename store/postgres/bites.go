@@ -322,8 +322,9 @@ func (s *Store) stillIdle(ctx context.Context, w *wtx, wf string) (bool, error) 
 // with the rule of store.SelectExpired applied as store.GroupBounds describes: keepLast and
 // maxAge are the request's KeepLast and OlderThanSeconds (both zero: each workflow's own
 // retention); keepFirst comes from the workflow's retention. The walk goes workflow by
-// workflow (by id), namespace by namespace, oldest checkpoint first, and reads each group's
-// bounds again in every bite. DryRun deletes and rolls every bite back. FreedBytes counts the
+// workflow (by id), each one's checkpoints oldest first (every namespace at once, up to the
+// newest seq it had when the walk came to it), reading the bounds of each namespace it meets
+// again in every bite. DryRun deletes and rolls every bite back. FreedBytes counts the
 // stored bytes of the states the deletions remove (PostgreSQL reuses the space once
 // autovacuum has run), summed over the bites.
 func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneResult, error) {
@@ -337,15 +338,13 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 	return res, nil
 }
 
-// pruneWalk is where a prune is: the workflow and group under way, the last seq examined.
+// pruneWalk is where a prune is: the workflow under way and the last seq examined in it.
 type pruneWalk struct {
 	wf     string // the workflow under way ("" : none yet)
-	inWf   bool   // wf's groups are being walked
+	inWf   bool   // wf's checkpoints are being walked
 	ret    store.Retention
-	ns     string // the group under way (or the last one walked)
-	inNS   bool
-	nsNext bool  // ns was walked: the next group is after it
-	seq    int64 // the last seq examined in (wf, ns)
+	upTo   int64 // wf's newest seq when the walk came to it: never pruned, nor anything after it
+	seq    int64 // the last seq examined in wf
 	done   bool
 	walked int  // workflows gone through
 	retry  bool // wf is the next workflow to enter (its lock was taken when the last bite tried)
@@ -407,11 +406,13 @@ func (s *Store) prune(ctx context.Context, req store.PruneRequest, reason string
 }
 
 // pruneBite advances the walk while b has room, deleting what it selects into ids; it returns
-// the stored bytes of the states the deletions removed.
+// the stored bytes of the states the deletions removed. Each namespace's bounds are read once per
+// bite, when the walk first meets it.
 func (s *Store) pruneBite(ctx context.Context, w *wtx, b *store.Bite, req store.PruneRequest, now time.Time,
 	at *pruneWalk, ids map[string][]string) (int64, error) {
 	var freed int64
 	locked := false // the bite holds a workflow's lock: the next ones only if free at once
+	bounds := map[string]*nsBounds{}
 	for !b.Full() && !at.done {
 		if !at.inWf {
 			wf, err := s.pruneNextWorkflow(ctx, w, req, at)
@@ -434,39 +435,99 @@ func (s *Store) pruneBite(ctx context.Context, w *wtx, b *store.Bite, req store.
 			if err := s.pruneEnterWorkflow(ctx, w, req, at, wf); err != nil {
 				return freed, err
 			}
+			clear(bounds)
 			b.Spend(1)
 			continue
 		}
-		if !at.inNS {
-			q := `SELECT namespace FROM checkpoints WHERE workflow_id = $1 AND namespace >= $2 ORDER BY namespace LIMIT 1`
-			if at.nsNext {
-				q = `SELECT namespace FROM checkpoints WHERE workflow_id = $1 AND namespace > $2 ORDER BY namespace LIMIT 1`
-			}
-			var ns string
-			err := w.queryRow(ctx, q, at.wf, at.ns).Scan(&ns)
-			if noRows(err) {
-				at.inWf = false
-				continue
-			}
-			if err != nil {
-				return freed, err
-			}
-			at.ns, at.inNS, at.nsNext, at.seq = ns, true, true, 0
-			b.Spend(1)
-			continue
-		}
-		f, err := s.pruneGroup(ctx, w, b, at, now, ids)
-		freed += f
+		rows, err := w.query(ctx, `SELECT id, seq, namespace, checkpoint_id, created_at FROM checkpoints
+			WHERE workflow_id = $1 AND seq > $2 AND seq < $3 ORDER BY seq LIMIT $4`, at.wf, at.seq, at.upTo, biteRows)
 		if err != nil {
 			return freed, err
+		}
+		type row struct {
+			rowid int64
+			ns    string
+			it    store.RetentionItem
+		}
+		window, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			err := r.Scan(&x.rowid, &x.it.Seq, &x.ns, &x.it.ID, &x.it.CreatedAt)
+			return x, err
+		})
+		if err != nil {
+			return freed, err
+		}
+		if len(window) == 0 {
+			at.inWf = false
+			continue
+		}
+		var refs []ckRef
+		full := false
+		for _, r := range window {
+			nb := bounds[r.ns]
+			if nb == nil {
+				if nb, err = readNSBounds(ctx, w, at.wf, r.ns, at.ret); err != nil {
+					return freed, err
+				}
+				bounds[r.ns] = nb
+				b.Spend(1)
+			}
+			at.seq = r.it.Seq
+			if nb.Expired(r.it, at.ret, now) && !nb.held(r.it.ID) {
+				refs = append(refs, ckRef{r.rowid, r.it.ID})
+			}
+			if b.Spend(1) {
+				full = true
+				break
+			}
+		}
+		got, f, err := deleteRefs(ctx, w, refs)
+		if err != nil {
+			return freed, err
+		}
+		freed += f
+		if len(got) > 0 {
+			ids[at.wf] = append(ids[at.wf], got...)
+		}
+		if full {
+			return freed, nil
 		}
 	}
 	return freed, nil
 }
 
+// nsBounds are one namespace's bounds and the checkpoints retention keeps there for rollbacks,
+// as a bite read them.
+type nsBounds struct {
+	store.GroupBounds
+	good, target *string
+}
+
+func (nb *nsBounds) held(id string) bool {
+	return (nb.good != nil && id == *nb.good) || (nb.target != nil && id == *nb.target)
+}
+
+// readNSBounds reads (wf, ns)'s bounds (store.GroupBounds: walking the per-workflow index from
+// either end, skipping other namespaces) and its retention holds (saga.go).
+func readNSBounds(ctx context.Context, w *wtx, wf, ns string, r store.Retention) (*nsBounds, error) {
+	nb := &nsBounds{}
+	var boundary *int64
+	if err := w.queryRow(ctx, `SELECT (SELECT seq FROM checkpoints WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq DESC LIMIT 1),
+			(SELECT seq FROM checkpoints WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq LIMIT 1),
+			(SELECT seq FROM checkpoints WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq DESC OFFSET $3 LIMIT 1),
+			h.good, h.target FROM (SELECT 1) AS one`+holdsJoin, wf, ns, max(r.KeepLast-1, 0)).
+		Scan(&nb.Newest, &nb.First, &boundary, &nb.good, &nb.target); err != nil {
+		return nil, err
+	}
+	if r.KeepLast > 0 && boundary != nil {
+		nb.Boundary = *boundary
+	}
+	return nb, nil
+}
+
 // pruneWalkBefore is the walk positioned just before wf: the next bite starts with it.
 func pruneWalkBefore(at pruneWalk, wf string) pruneWalk {
-	at.wf, at.inWf, at.inNS, at.nsNext, at.seq = wf, false, false, false, 0
+	at.wf, at.inWf, at.seq, at.upTo = wf, false, 0, 0
 	at.ret = store.Retention{}
 	at.retry = true
 	return at
@@ -497,15 +558,16 @@ func (s *Store) pruneNextWorkflow(ctx context.Context, w *wtx, req store.PruneRe
 	return wf, err
 }
 
-// pruneEnterWorkflow starts wf's groups, under its lock, if it has something to prune.
+// pruneEnterWorkflow starts walking wf's checkpoints, under its lock, if it has something to
+// prune.
 func (s *Store) pruneEnterWorkflow(ctx context.Context, w *wtx, req store.PruneRequest, at *pruneWalk, wf string) error {
 	at.retry = false
 	at.walked++
 	at.wf = wf
-	at.ns, at.inNS, at.nsNext, at.seq = "", false, false, 0
+	at.seq, at.upTo = 0, 0
 	var js []byte
 	var count int64
-	err := w.queryRow(ctx, `SELECT retention, ckpt_count FROM workflows WHERE workflow_id = $1`, wf).Scan(&js, &count)
+	err := w.queryRow(ctx, `SELECT retention, ckpt_count, latest_seq FROM workflows WHERE workflow_id = $1`, wf).Scan(&js, &count, &at.upTo)
 	if noRows(err) {
 		at.inWf = false
 		return nil
@@ -516,83 +578,4 @@ func (s *Store) pruneEnterWorkflow(ctx context.Context, w *wtx, req store.PruneR
 	at.ret = req.Retention(s.parseRetention(wf, js))
 	at.inWf = at.ret.Prunes(count)
 	return nil
-}
-
-// pruneGroup walks (at.wf, at.ns) from the seq after at.seq, deleting what the retention selects,
-// until the group is exhausted (at.inNS false) or b is full.
-func (s *Store) pruneGroup(ctx context.Context, w *wtx, b *store.Bite, at *pruneWalk, now time.Time, ids map[string][]string) (int64, error) {
-	var bounds store.GroupBounds
-	var boundary *int64
-	var good, target *string
-	if err := w.queryRow(ctx, `SELECT (SELECT max(seq) FROM checkpoints WHERE workflow_id = $1 AND namespace = $2),
-			(SELECT min(seq) FROM checkpoints WHERE workflow_id = $1 AND namespace = $2),
-			(SELECT seq FROM checkpoints WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq DESC OFFSET $3 LIMIT 1),
-			h.good, h.target FROM (SELECT 1) AS one`+holdsJoin, at.wf, at.ns, max(at.ret.KeepLast-1, 0)).
-		Scan(&bounds.Newest, &bounds.First, &boundary, &good, &target); err != nil {
-		return 0, err
-	}
-	if at.ret.KeepLast > 0 && boundary != nil {
-		bounds.Boundary = *boundary
-	}
-	held := func(id string) bool { return (good != nil && id == *good) || (target != nil && id == *target) }
-	b.Spend(1)
-	var freed int64
-	for {
-		if bounds.Exhausted(at.seq, at.ret) {
-			at.inNS = false
-			return freed, nil
-		}
-		rows, err := w.query(ctx, `SELECT id, seq, checkpoint_id, created_at FROM checkpoints
-			WHERE workflow_id = $1 AND namespace = $2 AND seq > $3 ORDER BY seq LIMIT $4`, at.wf, at.ns, at.seq, biteRows)
-		if err != nil {
-			return freed, err
-		}
-		type row struct {
-			rowid int64
-			it    store.RetentionItem
-		}
-		window, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-			var x row
-			err := r.Scan(&x.rowid, &x.it.Seq, &x.it.ID, &x.it.CreatedAt)
-			return x, err
-		})
-		if err != nil {
-			return freed, err
-		}
-		if len(window) == 0 {
-			at.inNS = false
-			return freed, nil
-		}
-		var refs []ckRef
-		full, exhausted := false, false
-		for _, r := range window {
-			at.seq = r.it.Seq
-			if bounds.Expired(r.it, at.ret, now) && !held(r.it.ID) {
-				refs = append(refs, ckRef{r.rowid, r.it.ID})
-			}
-			if b.Spend(1) {
-				full = true
-				break
-			}
-			if bounds.Exhausted(at.seq, at.ret) {
-				exhausted = true
-				break
-			}
-		}
-		got, f, err := deleteRefs(ctx, w, refs)
-		if err != nil {
-			return freed, err
-		}
-		freed += f
-		if len(got) > 0 {
-			ids[at.wf] = append(ids[at.wf], got...)
-		}
-		if exhausted {
-			at.inNS = false
-			return freed, nil
-		}
-		if full {
-			return freed, nil
-		}
-	}
 }

@@ -294,6 +294,10 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 		order = `c.id DESC`
 		if f.Namespace != nil {
 			where = append(where, `c.namespace = `+arg(*f.Namespace))
+			if *f.Namespace != "" {
+				// the partial index's condition, spelt out so that a generic plan may use it
+				where = append(where, `c.namespace <> ''`)
+			}
 		}
 		if f.Before != "" {
 			where = append(where, `c.id < `+arg(beforeRowid))
@@ -302,6 +306,9 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 	}
 	if f.Phase != "" {
 		where = append(where, `c.phase = `+arg(string(f.Phase)))
+		if f.Phase != store.PhaseCompleted {
+			where = append(where, `c.phase <> 'completed'`) // as above: checkpoints_phase_id
+		}
 	}
 	if f.Validation != "" {
 		where = append(where, `c.validation_status = `+arg(f.Validation))
@@ -449,53 +456,63 @@ func withLatest(ctx context.Context, tx pgx.Tx, rs []workflowRow) ([]store.Workf
 }
 
 // workflowPageQuery builds the SQL of one page of f after k (nil: the first page), reading
-// Limit+1 rows. Every shape walks one index in its ORDER BY order from the cursor:
-// workflows_updated (every workflow by update time), workflows_claimable (the resumable ones by
-// update time), workflows_resumable (the resumable ones by id), the primary key (every workflow
-// by id). Claimable probes claims by key at the server's clock. Stored (one page of the
+// Limit+1 rows. Every shape walks partial indexes from the cursor on, stopping at the limit:
+// workflows_claimable (the resumable workflows by update time), workflows_open (the workflows
+// not completed, by id: the resumable ones by id), the primary key (every workflow by id), and
+// for every workflow by update time workflows_claimable and workflows_rest (the others) merged
+// (Merge Append). Claimable probes claims by key at the server's clock. Stored (one page of the
 // largest) reads the whole table: it serves reports only.
 func workflowPageQuery(f store.WorkflowFilter, k *store.WorkflowKey) (string, []any) {
-	var where []string
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	if f.ResumableOnly {
-		where = append(where, `w.completed_at IS NULL`, `w.ckpt_count > 0`)
+	limit := arg(f.Limit + 1)
+	desc := `updated_at DESC, workflow_id DESC`
+	if f.Ascending() {
+		desc = `updated_at, workflow_id`
 	}
-	var order string
-	switch {
-	case f.Order == store.OrderStored:
-		order = `w.stored_bytes DESC, w.workflow_id`
-	case f.Order == store.OrderID:
-		order = `w.workflow_id`
-	case f.Ascending():
-		order = `w.updated_at, w.workflow_id`
-	default:
-		order = `w.updated_at DESC, w.workflow_id DESC`
-	}
+	var after string
 	if k != nil {
 		cmp := "<"
 		if f.Ascending() {
 			cmp = ">"
 		}
 		if f.Order == store.OrderID {
-			where = append(where, `w.workflow_id `+cmp+` `+arg(k.ID))
+			after = `w.workflow_id ` + cmp + ` ` + arg(k.ID)
 		} else {
-			where = append(where, `(w.updated_at, w.workflow_id) `+cmp+` (`+arg(k.UpdatedAt)+`::timestamptz, `+arg(k.ID)+`)`)
+			after = `(w.updated_at, w.workflow_id) ` + cmp + ` (` + arg(k.UpdatedAt) + `::timestamptz, ` + arg(k.ID) + `)`
 		}
 	}
-	if f.Claimable {
-		where = append(where, `NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
-			AND k.owner IS NOT NULL AND k.expires_at > (SELECT clock_timestamp()))`)
+	page := func(order string, where ...string) string {
+		if after != "" {
+			where = append(where, after)
+		}
+		if f.Claimable {
+			where = append(where, `NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
+				AND k.owner IS NOT NULL AND k.expires_at > (SELECT clock_timestamp()))`)
+		}
+		q := `SELECT ` + workflowCols + ` FROM workflows w`
+		if len(where) > 0 {
+			q += ` WHERE ` + strings.Join(where, ` AND `)
+		}
+		return q + ` ORDER BY ` + order + ` LIMIT ` + limit
 	}
-	q := `SELECT ` + workflowCols + ` FROM workflows w`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
+	const resumable, rest = `w.completed_at IS NULL AND w.ckpt_count > 0`, `(w.completed_at IS NOT NULL OR w.ckpt_count = 0)`
+	switch {
+	case f.Order == store.OrderStored:
+		return page(`w.stored_bytes DESC, w.workflow_id`), args
+	case f.Order == store.OrderID && f.ResumableOnly:
+		return page(`w.workflow_id`, `w.completed_at IS NULL`, `w.ckpt_count > 0`), args
+	case f.Order == store.OrderID:
+		return page(`w.workflow_id`), args
+	case f.ResumableOnly:
+		return page(`w.`+strings.ReplaceAll(desc, ", ", ", w."), resumable), args
 	}
-	q += ` ORDER BY ` + order + ` LIMIT ` + arg(f.Limit+1)
-	return q, args
+	// every workflow by update time: the two halves, each at most a page, merged
+	return `(` + page(`w.`+strings.ReplaceAll(desc, ", ", ", w."), resumable) + `) UNION ALL (` +
+		page(`w.`+strings.ReplaceAll(desc, ", ", ", w."), rest) + `) ORDER BY ` + desc + ` LIMIT ` + limit, args
 }
 
 // ListWorkflows summarises one page of workflows (store.WorkflowFilter) from their kept

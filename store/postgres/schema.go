@@ -254,15 +254,32 @@ CREATE TABLE claims (
 );
 CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL;
 `},
+	// Fewer index entries written per save (#18), as in the SQLite backend's step 8: the unique
+	// (workflow_id, seq) index carries the namespace (INCLUDE), so per-workflow reads that filter
+	// on a namespace need no second index; the cross-workflow namespace and phase indexes keep
+	// only the rows a filter needs them for (namespace <> '', phase <> 'completed'); the
+	// state_hash index (stats, inspect) leaves out checkpoints without a state.
+	{"leaner checkpoints indexes: one per-workflow index, partial namespace/phase/state indexes", `
+DROP INDEX checkpoints_wf_ns_seq;
+DROP INDEX checkpoints_wf_seq;
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints (workflow_id, seq) INCLUDE (namespace);
+DROP INDEX checkpoints_ns_id;
+CREATE INDEX checkpoints_ns_id ON checkpoints (namespace, id) WHERE namespace <> '';
+DROP INDEX checkpoints_phase_id;
+CREATE INDEX checkpoints_phase_id ON checkpoints (phase, id) WHERE phase <> 'completed';
+DROP INDEX checkpoints_state;
+CREATE INDEX checkpoints_state ON checkpoints (state_hash) WHERE state_hash IS NOT NULL;
+`},
 	// Kept figures (store/postgres/figures.go): every workflow's checkpoint count, stored bytes
 	// and newest seq, kept in the transaction of every write that changes them (under the
 	// workflow's lock), and the database's totals in counters, spread over rows ("shards") so
 	// that processes committing at the same time do not queue on one row: a process adds its
 	// changes to a shard of its own, the workflows trigger to the shard of the workflow's id;
 	// the totals are the sum of the shards. workflows.updated_at only goes up. Lists walk
-	// workflows_updated (every workflow by update time), workflows_claimable (now only the
-	// resumable ones, by update time) and workflows_resumable (the resumable ones by id).
-	// Existing databases get their figures counted here.
+	// partial indexes, as SQLite's step 9 does: workflows_claimable (the resumable workflows by
+	// update time), workflows_rest (the others by update time; the two merged: every workflow)
+	// and workflows_open (the workflows not completed, by id). Existing databases get their
+	// figures counted here.
 	{"kept figures: per-workflow counts, sizes and newest seq; sharded totals; the listing indexes", `
 ALTER TABLE workflows ADD COLUMN ckpt_count bigint NOT NULL DEFAULT 0,
 	ADD COLUMN stored_bytes bigint NOT NULL DEFAULT 0,  -- sum of its checkpoints' stored_size
@@ -303,8 +320,8 @@ CREATE TRIGGER workflows_counted AFTER INSERT OR DELETE ON workflows FOR EACH RO
 
 DROP INDEX workflows_claimable;
 CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL AND ckpt_count > 0;
-CREATE INDEX workflows_resumable ON workflows (workflow_id) WHERE completed_at IS NULL AND ckpt_count > 0;
-CREATE INDEX workflows_updated ON workflows (updated_at, workflow_id);
+CREATE INDEX workflows_rest ON workflows (updated_at, workflow_id) WHERE completed_at IS NOT NULL OR ckpt_count = 0;
+CREATE INDEX workflows_open ON workflows (workflow_id) WHERE completed_at IS NULL;
 `},
 	// The LangGraph threads' kept list (store/postgres/lgthreadlist.go): one row per thread with
 	// any LangGraph row, with its newest checkpoint's creation time (the epoch: no checkpoint,

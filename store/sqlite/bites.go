@@ -323,10 +323,11 @@ func (s *Store) stillIdle(ctx context.Context, w *wtx, wf string) (bool, error) 
 // with the rule of store.SelectExpired applied as store.GroupBounds describes: keepLast and
 // maxAge are the request's KeepLast and OlderThanSeconds (both zero: each workflow's own
 // retention); keepFirst comes from the workflow's retention. The walk goes workflow by
-// workflow (by id), namespace by namespace, oldest checkpoint first, and reads each group's
-// bounds again in every bite: saves in between only add newer checkpoints to keep. DryRun
-// deletes and rolls every bite back. FreedBytes counts the database pages the deletions free,
-// summed over the bites.
+// workflow (by id), each one's checkpoints oldest first (every namespace at once, up to the
+// newest seq it had when the walk came to it), and reads the bounds of each namespace it meets
+// again in every bite: saves in between only add newer checkpoints to keep. DryRun deletes and
+// rolls every bite back. FreedBytes counts the database pages the deletions free, summed over
+// the bites.
 func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneResult, error) {
 	if err := req.Validate(); err != nil {
 		return store.PruneResult{}, err
@@ -338,15 +339,13 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 	return res, nil
 }
 
-// pruneWalk is where a prune is: the workflow and group under way, the last seq examined.
+// pruneWalk is where a prune is: the workflow under way and the last seq examined in it.
 type pruneWalk struct {
 	wf     string // the workflow under way ("" : none yet)
-	inWf   bool   // wf's groups are being walked
+	inWf   bool   // wf's checkpoints are being walked
 	ret    store.Retention
-	ns     string // the group under way (or the last one walked)
-	inNS   bool
-	nsNext bool  // ns was walked: the next group is after it
-	seq    int64 // the last seq examined in (wf, ns)
+	upTo   int64 // wf's newest seq when the walk came to it: never pruned, nor anything after it
+	seq    int64 // the last seq examined in wf
 	done   bool
 	walked int // workflows gone through
 }
@@ -434,123 +433,41 @@ func (s *Store) prune(ctx context.Context, req store.PruneRequest, reason string
 	return res, nil
 }
 
-// pruneBite advances the walk while b has room, deleting what it selects into ids.
+// nsBounds are one namespace's bounds and retention holds, as a bite read them.
+type nsBounds struct {
+	store.GroupBounds
+	holds map[string]bool
+}
+
+// pruneBite advances the walk while b has room, deleting what it selects into ids. Each
+// namespace's bounds are read once per bite, when the walk first meets it.
 func (s *Store) pruneBite(ctx context.Context, w *wtx, b *store.Bite, req store.PruneRequest, now time.Time,
 	at *pruneWalk, ids map[string][]string) error {
+	bounds := map[string]*nsBounds{}
 	for !b.Full() && !at.done {
 		if !at.inWf {
 			if err := s.pruneNextWorkflow(ctx, w, req, at); err != nil {
 				return err
 			}
+			clear(bounds)
 			b.Spend(1)
 			continue
 		}
-		if !at.inNS {
-			var ns string
-			q := `SELECT namespace FROM checkpoints INDEXED BY checkpoints_wf_ns_seq WHERE workflow_id = ? AND namespace >= ?
-				ORDER BY namespace LIMIT 1`
-			if at.nsNext {
-				q = `SELECT namespace FROM checkpoints INDEXED BY checkpoints_wf_ns_seq WHERE workflow_id = ? AND namespace > ?
-					ORDER BY namespace LIMIT 1`
-			}
-			err := w.queryRow(ctx, q, at.wf, at.ns).Scan(&ns)
-			if errors.Is(err, sql.ErrNoRows) {
-				at.inWf = false
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			at.ns, at.inNS, at.nsNext, at.seq = ns, true, true, 0
-			b.Spend(1)
-			continue
-		}
-		if err := s.pruneGroup(ctx, w, b, at, now, ids); err != nil {
-			return err
-		}
-		if at.inNS { // the bite is full
-			return nil
-		}
-	}
-	return nil
-}
-
-// pruneNextWorkflow moves the walk to the next workflow with something to prune.
-func (s *Store) pruneNextWorkflow(ctx context.Context, w *wtx, req store.PruneRequest, at *pruneWalk) error {
-	var wf string
-	var js sql.NullString
-	var count int64
-	var err error
-	if req.WorkflowID != "" {
-		if at.walked > 0 {
-			at.done = true
-			return nil
-		}
-		wf = req.WorkflowID
-		err = w.queryRow(ctx, `SELECT retention, ckpt_count FROM workflows WHERE workflow_id = ?`, wf).Scan(&js, &count)
-	} else {
-		q := `SELECT workflow_id, retention, ckpt_count FROM workflows WHERE workflow_id > ? ORDER BY workflow_id LIMIT 1`
-		if at.walked == 0 {
-			q = `SELECT workflow_id, retention, ckpt_count FROM workflows WHERE workflow_id >= ? ORDER BY workflow_id LIMIT 1`
-		}
-		err = w.queryRow(ctx, q, at.wf).Scan(&wf, &js, &count)
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		at.done = true
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	at.walked++
-	at.wf = wf
-	at.ret = req.Retention(s.parseRetention(wf, js))
-	at.inWf = at.ret.Prunes(count)
-	at.ns, at.inNS, at.nsNext, at.seq = "", false, false, 0
-	return nil
-}
-
-// pruneGroup walks (at.wf, at.ns) from the seq after at.seq, deleting what the retention selects,
-// until the group is exhausted (at.inNS false) or b is full.
-func (s *Store) pruneGroup(ctx context.Context, w *wtx, b *store.Bite, at *pruneWalk, now time.Time, ids map[string][]string) error {
-	var bounds store.GroupBounds
-	var boundary sql.NullInt64
-	if err := w.queryRow(ctx, `SELECT max(seq), min(seq) FROM checkpoints WHERE workflow_id = ?1 AND namespace = ?2`,
-		at.wf, at.ns).Scan(&bounds.Newest, &bounds.First); err != nil {
-		return err
-	}
-	if at.ret.KeepLast > 0 {
-		err := w.queryRow(ctx, `SELECT seq FROM checkpoints WHERE workflow_id = ? AND namespace = ? ORDER BY seq DESC
-			LIMIT 1 OFFSET ?`, at.wf, at.ns, at.ret.KeepLast-1).Scan(&boundary)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		bounds.Boundary = boundary.Int64
-	}
-	holds, err := retentionHolds(ctx, w, at.wf, at.ns) // store/sqlite/saga.go
-	if err != nil {
-		return err
-	}
-	b.Spend(1)
-	for {
-		if bounds.Exhausted(at.seq, at.ret) {
-			at.inNS = false
-			return nil
-		}
-		rows, err := w.query(ctx, `SELECT id, seq, checkpoint_id, created_at FROM checkpoints
-			WHERE workflow_id = ? AND namespace = ? AND seq > ? ORDER BY seq LIMIT ?`, at.wf, at.ns, at.seq, biteRows)
+		rows, err := w.query(ctx, `SELECT id, seq, namespace, checkpoint_id, created_at FROM checkpoints
+			WHERE workflow_id = ? AND seq > ? AND seq < ? ORDER BY seq LIMIT ?`, at.wf, at.seq, at.upTo, biteRows)
 		if err != nil {
 			return err
 		}
 		type row struct {
 			rowid int64
+			ns    string
 			it    store.RetentionItem
 		}
 		var window []row
 		for rows.Next() {
 			var r row
 			var created int64
-			if err := rows.Scan(&r.rowid, &r.it.Seq, &r.it.ID, &created); err != nil {
+			if err := rows.Scan(&r.rowid, &r.it.Seq, &r.ns, &r.it.ID, &created); err != nil {
 				rows.Close()
 				return err
 			}
@@ -564,12 +481,20 @@ func (s *Store) pruneGroup(ctx context.Context, w *wtx, b *store.Bite, at *prune
 			return err
 		}
 		if len(window) == 0 {
-			at.inNS = false
-			return nil
+			at.inWf = false
+			continue
 		}
 		for _, r := range window {
+			nb := bounds[r.ns]
+			if nb == nil {
+				if nb, err = s.readNSBounds(ctx, w, at.wf, r.ns, at.ret); err != nil {
+					return err
+				}
+				bounds[r.ns] = nb
+				b.Spend(1)
+			}
 			at.seq = r.it.Seq
-			if bounds.Expired(r.it, at.ret, now) && !holds[r.it.ID] {
+			if nb.Expired(r.it, at.ret, now) && !nb.holds[r.it.ID] {
 				ok, err := s.deleteCheckpoint(ctx, w, r.rowid, r.it.ID)
 				if err != nil {
 					return err
@@ -581,12 +506,66 @@ func (s *Store) pruneGroup(ctx context.Context, w *wtx, b *store.Bite, at *prune
 			if b.Spend(1) {
 				return nil
 			}
-			if bounds.Exhausted(at.seq, at.ret) {
-				at.inNS = false
-				return nil
-			}
 		}
 	}
+	return nil
+}
+
+// readNSBounds reads (wf, ns)'s bounds (store.GroupBounds: walking the per-workflow index from
+// either end, skipping other namespaces) and the checkpoints retention keeps there for rollbacks.
+func (s *Store) readNSBounds(ctx context.Context, w *wtx, wf, ns string, r store.Retention) (*nsBounds, error) {
+	nb := &nsBounds{}
+	var boundary sql.NullInt64
+	if err := w.queryRow(ctx, `SELECT (SELECT seq FROM checkpoints WHERE workflow_id = ?1 AND namespace = ?2 ORDER BY seq DESC LIMIT 1),
+			(SELECT seq FROM checkpoints WHERE workflow_id = ?1 AND namespace = ?2 ORDER BY seq LIMIT 1),
+			(SELECT seq FROM checkpoints WHERE workflow_id = ?1 AND namespace = ?2 ORDER BY seq DESC LIMIT 1 OFFSET ?3)`,
+		wf, ns, max(r.KeepLast-1, 0)).Scan(&nb.Newest, &nb.First, &boundary); err != nil {
+		return nil, err
+	}
+	if r.KeepLast > 0 {
+		nb.Boundary = boundary.Int64
+	}
+	holds, err := retentionHolds(ctx, w, wf, ns) // store/sqlite/saga.go
+	if err != nil {
+		return nil, err
+	}
+	nb.holds = holds
+	return nb, nil
+}
+
+// pruneNextWorkflow moves the walk to the next workflow with something to prune.
+func (s *Store) pruneNextWorkflow(ctx context.Context, w *wtx, req store.PruneRequest, at *pruneWalk) error {
+	var wf string
+	var js sql.NullString
+	var count, latest int64
+	var err error
+	if req.WorkflowID != "" {
+		if at.walked > 0 {
+			at.done = true
+			return nil
+		}
+		wf = req.WorkflowID
+		err = w.queryRow(ctx, `SELECT retention, ckpt_count, latest_seq FROM workflows WHERE workflow_id = ?`, wf).Scan(&js, &count, &latest)
+	} else {
+		q := `SELECT workflow_id, retention, ckpt_count, latest_seq FROM workflows WHERE workflow_id > ? ORDER BY workflow_id LIMIT 1`
+		if at.walked == 0 {
+			q = `SELECT workflow_id, retention, ckpt_count, latest_seq FROM workflows WHERE workflow_id >= ? ORDER BY workflow_id LIMIT 1`
+		}
+		err = w.queryRow(ctx, q, at.wf).Scan(&wf, &js, &count, &latest)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		at.done = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	at.walked++
+	at.wf = wf
+	at.ret = req.Retention(s.parseRetention(wf, js))
+	at.inWf = at.ret.Prunes(count)
+	at.upTo, at.seq = latest, 0
+	return nil
 }
 
 // vacuumBites gives free pages back to the file system (PRAGMA incremental_vacuum) in bites,

@@ -116,11 +116,13 @@ func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 			return err
 		}
 		u.StateBytes, u.CheckpointStored = t.stateBytes, t.ckptStored
-		// Counted through the partial index of the resumable workflows; the completed ones are
-		// the rest of the workflows with their own row marked completed.
-		return tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM workflows INDEXED BY workflows_resumable
+		// Counted through the partial indexes (schema step 9): the resumable workflows, and the
+		// completed ones among the rest.
+		return tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM workflows INDEXED BY workflows_claimable
 				WHERE completed_at IS NULL AND ckpt_count > 0),
-			(SELECT count(*) FROM workflows WHERE completed_at IS NOT NULL)`).Scan(&u.ResumableWorkflow, &u.CompletedWorkflow)
+			(SELECT count(*) FROM workflows INDEXED BY workflows_rest
+				WHERE (completed_at IS NOT NULL OR ckpt_count = 0) AND completed_at IS NOT NULL)`).
+			Scan(&u.ResumableWorkflow, &u.CompletedWorkflow)
 	})
 	if err != nil {
 		return store.Usage{}, wrapDB("usage", err)

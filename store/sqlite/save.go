@@ -99,9 +99,9 @@ func (s *Store) prepare(sj *saveJob) error {
 
 // writeStmts are the writer connection's prepared statements for the save path.
 type writeStmts struct {
-	begin, commit, rollback, savepoint, release, rollbackTo                       *sql.Stmt
-	existing, upsertWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
-	delMeta, delWrites, delCkpt, delState                                         *sql.Stmt
+	begin, commit, rollback, savepoint, release, rollbackTo                                 *sql.Stmt
+	existing, upsertWf, reopenWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
+	delMeta, delWrites, delCkpt, delState                                                   *sql.Stmt
 }
 
 func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
@@ -119,12 +119,15 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 		{&ws.existing, `SELECT workflow_id, content_hash, seq, created_at, size, stored_size, state_hash, dedup
 			FROM checkpoints WHERE checkpoint_id = ?`},
 		// The workflow's row hands out the seq and keeps its figures (figures.go): ?3 the stored
-		// size of the checkpoint being inserted.
+		// size of the checkpoint being inserted. completed_at is not among the columns it sets
+		// (a completed workflow's is cleared by reopenWf): so workflows_open is not rewritten by
+		// every save (schema step 9).
 		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at, ckpt_count, stored_bytes, latest_seq)
 			VALUES (?1, 2, ?2, ?2, 1, ?3, 1)
-			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = max(updated_at, ?2), completed_at = NULL,
+			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = max(updated_at, ?2),
 				ckpt_count = ckpt_count + 1, stored_bytes = stored_bytes + ?3, latest_seq = next_seq
-			RETURNING next_seq - 1, retention`},
+			RETURNING next_seq - 1, retention, completed_at IS NOT NULL`},
+		{&ws.reopenWf, `UPDATE workflows SET completed_at = NULL WHERE workflow_id = ?`},
 		{&ws.selState, `SELECT stored_size FROM states WHERE hash = ?`},
 		{&ws.insState, `INSERT INTO states(hash, encoding, size, stored_size, data) VALUES (?, ?, ?, ?, ?)`},
 		{&ws.insCkpt, `INSERT INTO checkpoints(checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step,
@@ -155,7 +158,7 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 }
 
 func (ws *writeStmts) close() {
-	for _, st := range []*sql.Stmt{ws.begin, ws.commit, ws.rollback, ws.savepoint, ws.release, ws.rollbackTo, ws.existing, ws.upsertWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
+	for _, st := range []*sql.Stmt{ws.begin, ws.commit, ws.rollback, ws.savepoint, ws.release, ws.rollbackTo, ws.existing, ws.upsertWf, ws.reopenWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
 		ws.retItems, ws.retBeyond, ws.delMeta, ws.delWrites, ws.delCkpt, ws.delState} {
 		if st != nil {
 			_ = st.Close()
@@ -262,8 +265,14 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	}
 	var seq int64
 	var retJSON sql.NullString
-	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros, stored).Scan(&seq, &retJSON); err != nil {
+	var completed bool
+	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros, stored).Scan(&seq, &retJSON, &completed); err != nil {
 		return err
+	}
+	if completed { // a save makes a completed workflow resumable again
+		if _, err := ws.reopenWf.ExecContext(ctx, r.WorkflowID); err != nil {
+			return err
+		}
 	}
 	w.fig.saved(int64(len(r.State)), stored)
 	var rowid int64

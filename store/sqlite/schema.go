@@ -248,14 +248,52 @@ CREATE TABLE claims (
 ) WITHOUT ROWID;
 CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id) WHERE completed_at IS NULL;
 `,
-	// 8: kept figures (store/sqlite/figures.go): every workflow's checkpoint count, stored bytes and
+	// 8: fewer pages written per save (#18; measured by TestWALFramesPerSave). A 1 KB save wrote
+	// ~16 WAL frames, one per b-tree it touched; this step takes four of them out of the
+	// checkpoints table's:
+	// - AUTOINCREMENT goes (sqlite_sequence was rewritten by every save). The b-tree is the same
+	//   with or without it (id stays the INTEGER PRIMARY KEY, in save order), so the table's
+	//   definition is edited in place instead of copying every row: the documented way to make a
+	//   schema change that leaves the stored content as it is. Without it a new id is max(id)+1:
+	//   an id is reused only after the newest checkpoint was deleted, which no reader keeps (rows
+	//   that name a checkpoint by id go with it).
+	// - (workflow_id, seq) and (workflow_id, namespace, seq) become one index, (workflow_id, seq,
+	//   namespace): per-workflow reads walk it newest first as before; those that also filter on a
+	//   namespace read the namespace from the index (a workflow's checkpoints are almost always in
+	//   one namespace; else the walk skips the other namespaces' newer entries).
+	// - the cross-workflow (namespace, id) and (phase, id) indexes keep only the rows a filter
+	//   needs them for: namespace <> '' and phase <> 'completed'. Filters on '' or on completed
+	//   (most checkpoints) walk the table in save order instead, stopping at the limit.
+	// - the state_hash index leaves out checkpoints without a state.
+	`
+PRAGMA writable_schema = ON;
+UPDATE sqlite_schema SET sql = replace(sql, 'INTEGER PRIMARY KEY AUTOINCREMENT,', 'INTEGER PRIMARY KEY,')
+	WHERE type = 'table' AND name = 'checkpoints';
+PRAGMA writable_schema = OFF;
+DELETE FROM sqlite_sequence WHERE name = 'checkpoints';
+DROP INDEX checkpoints_wf_seq;
+DROP INDEX checkpoints_wf_ns_seq;
+DROP INDEX checkpoints_ns_id;
+DROP INDEX checkpoints_phase_id;
+DROP INDEX checkpoints_state;
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints(workflow_id, seq, namespace);
+CREATE INDEX checkpoints_ns_id ON checkpoints(namespace, id) WHERE namespace <> '';
+CREATE INDEX checkpoints_phase_id ON checkpoints(phase, id) WHERE phase <> 'completed';
+CREATE INDEX checkpoints_state ON checkpoints(state_hash) WHERE state_hash IS NOT NULL;
+`,
+	// 9: kept figures (store/sqlite/figures.go): every workflow's checkpoint count, stored bytes and
 	// newest seq, and the database's totals in counters (one row), kept up to date in the
 	// transaction of every write that changes them, so that listing a page of workflows and
 	// stats cost what they return. workflows.updated_at only goes up (a listing by update time
-	// never meets a workflow twice). Lists walk workflows_updated (every workflow by update
-	// time), workflows_claimable (now only those with checkpoints: the resumable ones, by update
-	// time) and workflows_resumable (the resumable ones by id). Existing databases get their
-	// figures counted here.
+	// never meets a workflow twice). The listings walk three partial indexes
+	// (store/sqlite/workflows.go), chosen so that a save writes one index page (#18) beside the
+	// row's and the counters': workflows_claimable holds the resumable workflows by update time
+	// (its key changes with every save), workflows_rest the others by update time (a save of a
+	// resumable workflow neither leaves nor enters it), and the two together, merged, every
+	// workflow by update time; both carry the listed columns, so a page reads no row at random.
+	// workflows_open holds the workflows not completed by id (the save clears completed_at only
+	// when it is set, so it is not rewritten either). Existing databases get their figures
+	// counted here.
 	`
 ALTER TABLE workflows ADD COLUMN ckpt_count INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE workflows ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0;  -- sum of its checkpoints' stored_size
@@ -289,11 +327,13 @@ CREATE TRIGGER workflows_uncounted AFTER DELETE ON workflows BEGIN
 END;
 
 DROP INDEX workflows_claimable;
-CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id) WHERE completed_at IS NULL AND ckpt_count > 0;
-CREATE INDEX workflows_resumable ON workflows(workflow_id) WHERE completed_at IS NULL AND ckpt_count > 0;
-CREATE INDEX workflows_updated ON workflows(updated_at, workflow_id);
+CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq)
+	WHERE completed_at IS NULL AND ckpt_count > 0;
+CREATE INDEX workflows_rest ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq)
+	WHERE completed_at IS NOT NULL OR ckpt_count = 0;
+CREATE INDEX workflows_open ON workflows(workflow_id) WHERE completed_at IS NULL;
 `,
-	// 9: the LangGraph threads' kept list (store/sqlite/lgthreadlist.go): one row per thread with
+	// 10: the LangGraph threads' kept list (store/sqlite/lgthreadlist.go): one row per thread with
 	// any LangGraph row, with its newest checkpoint's creation time (0: no checkpoint, only
 	// writes or values), kept by triggers on lg_checkpoints, lg_writes and lg_blobs (whatever
 	// writes them), so that 'ckptd threads' pages through lg_threads_updated instead of grouping
@@ -343,18 +383,6 @@ CREATE TRIGGER lg_threads_delete_value AFTER DELETE ON lg_blobs BEGIN
 		AND NOT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = OLD.thread_id);
 END;
 `,
-	// 10: the listings by update time read their rows from the index alone (store/sqlite/workflows.go):
-	// workflows_updated and workflows_claimable carry the listed columns, so a page walks index
-	// leaves in order instead of looking every workflow's row up at random (on a database of
-	// millions of checkpoints, a third of a page's random reads). Both entries are rewritten by
-	// every save already (updated_at is in their key); a wider entry costs no more pages.
-	`
-DROP INDEX workflows_updated;
-CREATE INDEX workflows_updated ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq);
-DROP INDEX workflows_claimable;
-CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq)
-	WHERE completed_at IS NULL AND ckpt_count > 0;
-`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.
@@ -403,6 +431,13 @@ func migrate(ctx context.Context, conn *sql.Conn, target int, retry func(context
 	for step := v + 1; step <= target; step++ {
 		if err := retry(ctx, func() error { return migrateStep(ctx, conn, step) }); err != nil {
 			return fmt.Errorf("migrate schema to version %d: %w", step, wrapDB("migrate", err))
+		}
+	}
+	if v < target {
+		// Step 8 edits a table's definition in place: have this connection parse the schema
+		// anew (the others read it fresh anyway), or it would keep the table as it knew it.
+		if _, err := conn.ExecContext(ctx, "PRAGMA writable_schema = RESET"); err != nil {
+			return fmt.Errorf("migrate schema: %w", wrapDB("reload schema", err))
 		}
 	}
 	return nil

@@ -82,15 +82,19 @@ type Store struct {
 	stopBG   chan struct{}
 	ckptKick chan struct{}
 
-	writes     atomic.Uint64 // commits, for the checkpointer
-	walPending atomic.Int64  // approx. bytes written since the last checkpoint
-	lastCommit atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
-	compact    *compactor
-	blobs      *store.BlobCache // LangGraph channel values by stored SHA-256; nil: off
-	deletes    atomic.Uint64    // checkpoints removed by retention (for background vacuum)
-	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
-	closeOnce  sync.Once
-	closeErr   error
+	writes atomic.Uint64 // commits, for the checkpointer
+	reads  atomic.Uint64 // reads begun, for idleRelease (memory.go)
+	// shrinkWriter asks the writer goroutine to release its connection's cache when idle.
+	shrinkWriter atomic.Bool
+	releases     atomic.Uint64 // times releaseMemory ran (tests)
+	walPending   atomic.Int64  // approx. bytes written since the last checkpoint
+	lastCommit   atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
+	compact      *compactor
+	blobs        *store.BlobCache // LangGraph channel values by stored SHA-256; nil: off
+	deletes      atomic.Uint64    // checkpoints removed by retention (for background vacuum)
+	onPruned     atomic.Pointer[func(workflowID string, ids []string, reason string)]
+	closeOnce    sync.Once
+	closeErr     error
 
 	// cond is set once the store stops writing (health.go); nil while it writes.
 	cond atomic.Pointer[store.Condition]
@@ -442,8 +446,9 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 
 // readCacheSize is each read connection's page cache (1 MiB; about twice that in RSS, with
 // the allocator's overhead): the read pool's five connections each keep a cache of their own,
-// and on a database of millions of checkpoints reads of random workflows fill them all, which
-// with 16 MiB each (and the writer's) made a daemon's RSS pass 64 MiB. Pages a read misses come
+// and on a database of millions of checkpoints reads of random workflows fill them all while
+// the daemon is busy (memory.go gives them back once it is idle), which with 4 MiB each and the
+// writer's 16 MiB took its RSS past 64 MiB under load (#22's bench). Pages a read misses come
 // from the operating system's page cache.
 const readCacheSize = "cache_size(-1024)"
 

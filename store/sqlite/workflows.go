@@ -89,60 +89,68 @@ func scanWorkflowLatest(rows *sql.Rows) (store.WorkflowInfo, error) {
 }
 
 // workflowPageQuery builds the SQL of one page of f after k (nil: the first page), reading
-// Limit+1 rows, each with its newest checkpoint (latestJoin). Every shape walks one index in
-// its ORDER BY order (no sort), starting at the cursor: workflows_updated (every workflow by update time), workflows_claimable (the
-// resumable ones by update time), workflows_resumable (the resumable ones by id), the primary
-// key (every workflow by id). Claimable probes claims by key at the clock now. Stored (one
-// page of the largest) reads the whole table: it serves reports only.
+// Limit+1 rows, each with its newest checkpoint (latestJoin). Every shape walks partial indexes
+// of schema step 9 from the cursor on, stopping at the limit: workflows_claimable (the
+// resumable workflows by update time, newest first, or oldest first for claimable),
+// workflows_open (the workflows not completed, by id: the resumable ones by id), the primary key
+// (every workflow by id), and for every workflow by update time workflows_claimable and
+// workflows_rest (the others) walked side by side and merged: at most twice a page is sorted.
+// The indexes by update time carry the listed columns, so those rows are read from the index
+// alone. Claimable probes claims by key at the clock now. Stored (one page of the largest) reads
+// the whole table: it serves reports only.
 func workflowPageQuery(f store.WorkflowFilter, k *store.WorkflowKey, now int64) (string, []any) {
-	var from, order string
-	var where []string
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("?%d", len(args))
 	}
-	if f.ResumableOnly {
-		where = append(where, `w.completed_at IS NULL`, `w.ckpt_count > 0`)
+	limit := arg(f.Limit + 1)
+	desc := `w.updated_at DESC, w.workflow_id DESC`
+	if f.Ascending() {
+		desc = `w.updated_at, w.workflow_id`
 	}
-	switch {
-	case f.Order == store.OrderStored:
-		from, order = `workflows w`, `w.stored_bytes DESC, w.workflow_id`
-	case f.Order == store.OrderID && f.ResumableOnly:
-		from, order = `workflows w INDEXED BY workflows_resumable`, `w.workflow_id`
-	case f.Order == store.OrderID:
-		from, order = `workflows w`, `w.workflow_id`
-	case f.ResumableOnly:
-		from = `workflows w INDEXED BY workflows_claimable`
-	default:
-		from = `workflows w INDEXED BY workflows_updated`
-	}
-	if order == "" { // by update time: newest first, or oldest first for claimable
-		order = `w.updated_at DESC, w.workflow_id DESC`
-		if f.Ascending() {
-			order = `w.updated_at, w.workflow_id`
-		}
-	}
+	var after string // the cursor's condition
 	if k != nil {
 		cmp := "<"
 		if f.Ascending() {
 			cmp = ">"
 		}
 		if f.Order == store.OrderID {
-			where = append(where, `w.workflow_id `+cmp+` `+arg(k.ID))
+			after = `w.workflow_id ` + cmp + ` ` + arg(k.ID)
 		} else {
-			where = append(where, `(w.updated_at, w.workflow_id) `+cmp+` (`+arg(k.UpdatedAt.UnixMicro())+`, `+arg(k.ID)+`)`)
+			after = `(w.updated_at, w.workflow_id) ` + cmp + ` (` + arg(k.UpdatedAt.UnixMicro()) + `, ` + arg(k.ID) + `)`
 		}
 	}
-	if f.Claimable {
-		where = append(where, `NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
-			AND k.owner IS NOT NULL AND k.expires_at > `+arg(now)+`)`)
+	page := func(from, order string, where ...string) string {
+		if after != "" {
+			where = append(where, after)
+		}
+		if f.Claimable {
+			where = append(where, `NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
+				AND k.owner IS NOT NULL AND k.expires_at > `+arg(now)+`)`)
+		}
+		q := ` FROM ` + from + latestJoin
+		if len(where) > 0 {
+			q += ` WHERE ` + strings.Join(where, ` AND `)
+		}
+		return q + ` ORDER BY ` + order + ` LIMIT ` + limit
 	}
-	q := `SELECT ` + workflowCols + `, ` + joinedSummaryCols + ` FROM ` + from + latestJoin
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
+	const resumable, rest = `w.completed_at IS NULL AND w.ckpt_count > 0`, `(w.completed_at IS NOT NULL OR w.ckpt_count = 0)`
+	sel := `SELECT ` + workflowCols + `, ` + joinedSummaryCols
+	switch {
+	case f.Order == store.OrderStored:
+		return sel + page(`workflows w`, `w.stored_bytes DESC, w.workflow_id`), args
+	case f.Order == store.OrderID && f.ResumableOnly:
+		return sel + page(`workflows w INDEXED BY workflows_open`, `w.workflow_id`, resumable), args
+	case f.Order == store.OrderID:
+		return sel + page(`workflows w`, `w.workflow_id`), args
+	case f.ResumableOnly:
+		return sel + page(`workflows w INDEXED BY workflows_claimable`, desc, resumable), args
 	}
-	q += ` ORDER BY ` + order + ` LIMIT ` + arg(f.Limit+1)
+	// every workflow by update time: the two halves, each at most a page, merged
+	q := `SELECT * FROM (SELECT * FROM (` + sel + page(`workflows w INDEXED BY workflows_claimable`, desc, resumable) + `)
+		UNION ALL SELECT * FROM (` + sel + page(`workflows w INDEXED BY workflows_rest`, desc, rest) + `))
+		ORDER BY 2 DESC, 1 DESC LIMIT ` + limit
 	return q, args
 }
 
