@@ -293,6 +293,13 @@ type WorkflowListParams struct {
 	// Claimable lists only resumable workflows whose claim is free (never claimed, released, or
 	// its lease ran out), oldest first: the work a worker may pick up.
 	Claimable bool `json:"claimable"`
+	// Limit is the page size: 1-10000, default 1000.
+	Limit *int `json:"limit"`
+	// Cursor continues a listing: the cursor of the previous page's result (opaque).
+	Cursor string `json:"cursor"`
+	// Order is "updated" (most recently updated first; the default) or "id" (by workflowId);
+	// claimable lists are oldest first unless "id".
+	Order string `json:"order"`
 }
 
 // WorkflowInfo is one workflow in workflow/list.
@@ -309,6 +316,8 @@ type WorkflowInfo struct {
 // WorkflowListResult answers workflow/list.
 type WorkflowListResult struct {
 	Workflows []WorkflowInfo `json:"workflows"`
+	// Cursor is present when more workflows follow: pass it as cursor for the next page.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // WriteParam is one write in writes/put.

@@ -106,18 +106,22 @@ func (s *Server) workflowList(ctx context.Context, c *call) (reply, *jsonrpc2.Er
 	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
 	}
-	var ws []store.WorkflowInfo
-	var err error
-	if p.Claimable { // resumable and free to claim, oldest first (rpc/claims.go)
-		ws, err = s.store.Claimable(ctx, 0)
-	} else {
-		ws, err = s.store.Workflows(ctx, p.ResumableOnly)
+	f := store.WorkflowFilter{ResumableOnly: p.ResumableOnly, Claimable: p.Claimable, Order: p.Order, Cursor: p.Cursor}
+	if p.Limit != nil {
+		if *p.Limit < 1 || *p.Limit > store.MaxWorkflowPage {
+			return reply{}, invalidParams("limit", fmt.Sprintf("must be between 1 and %d", store.MaxWorkflowPage))
+		}
+		f.Limit = *p.Limit
 	}
+	if f.Order == store.OrderStored { // a store-internal order, not on the wire
+		return reply{}, invalidParams("order", `"stored" is not "updated" or "id"`)
+	}
+	page, err := s.store.ListWorkflows(ctx, f)
 	if err != nil {
 		return reply{}, storeError(err)
 	}
-	out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
-	for _, w := range ws {
+	out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(page.Workflows)), Cursor: page.Cursor}
+	for _, w := range page.Workflows {
 		out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
 	}
 	return reply{result: out}, nil

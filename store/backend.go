@@ -33,7 +33,8 @@ type Checkpoints interface {
 	Inspect(ctx context.Context, checkpointID string) (Inspection, error)
 	// Delete removes one checkpoint with its pending writes; 0 if it does not exist.
 	Delete(ctx context.Context, checkpointID string) (int, error)
-	// Prune deletes old checkpoints per (workflow, namespace) (SelectExpired, PruneRequest.Retention).
+	// Prune deletes old checkpoints per (workflow, namespace) (SelectExpired, PruneRequest.Retention),
+	// in bites (store/bites.go: GroupBounds read again in every bite); results are summed.
 	Prune(ctx context.Context, req PruneRequest) (PruneResult, error)
 	// SetOnPruned registers a callback for checkpoints removed by "retention", "prune", "idle"
 	// or "complete"; it runs after the commit and must not block or call the backend.
@@ -42,9 +43,11 @@ type Checkpoints interface {
 
 // Workflows keeps a workflow's own row: retention, completion, configured sources.
 type Workflows interface {
-	// Workflows summarises every workflow (resumableOnly: those with checkpoints, not completed),
-	// most recently updated first.
-	Workflows(ctx context.Context, resumableOnly bool) ([]WorkflowInfo, error)
+	// ListWorkflows summarises one page of workflows (WorkflowFilter, store/pages.go), from the
+	// per-workflow figures kept in every write's transaction (count, stored bytes, latest) and
+	// through an index of the listing's order: a page costs what it returns, not what is
+	// stored. AllWorkflows pages through every one.
+	ListWorkflows(ctx context.Context, f WorkflowFilter) (WorkflowPage, error)
 	// Workflow summarises one workflow; ErrNotFound if it is unknown.
 	Workflow(ctx context.Context, workflowID string) (WorkflowInfo, error)
 	// Configure sets a workflow's retention (r nil: only reads the effective one).
@@ -53,11 +56,14 @@ type Workflows interface {
 	DefaultRetention() Retention
 	// IsCompleted reports whether a workflow was completed and not saved to since.
 	IsCompleted(ctx context.Context, workflowID string) (bool, error)
-	// Complete marks a workflow completed; without preserve its checkpoints are deleted.
+	// Complete marks a workflow completed; without preserve the checkpoints it had then are
+	// deleted, in bites after the one that marks it.
 	Complete(ctx context.Context, workflowID string, preserve bool) (int, error)
-	// DeleteWorkflow removes a workflow's checkpoints and its row; 0 if unknown.
+	// DeleteWorkflow removes a workflow's checkpoints (oldest first, in bites) and then its row;
+	// 0 if unknown.
 	DeleteWorkflow(ctx context.Context, workflowID string) (int, error)
-	// ExpireIdle deletes the workflows whose idle TTL has passed: workflowId -> checkpoint ids.
+	// ExpireIdle deletes the workflows whose idle TTL has passed, in bites that check again that
+	// each is still idle: workflowId -> checkpoint ids.
 	ExpireIdle(ctx context.Context) (map[string][]string, error)
 	// WorkflowSources returns the sources spec configured for a workflow, or nil.
 	WorkflowSources(ctx context.Context, workflowID string) (json.RawMessage, error)
@@ -94,6 +100,10 @@ type LangGraph interface {
 	LGDeleteForRuns(ctx context.Context, runIDs []string) (int, error)
 	// LGThreads lists every thread, most recently updated first.
 	LGThreads(ctx context.Context) ([]LGThread, error)
+	// ListLGThreads lists one page of at most limit threads (LGThreadList), most recently
+	// updated first, after cursor ("" : from the newest), through the kept list of threads: a
+	// page costs its threads' rows, not every LangGraph row.
+	ListLGThreads(ctx context.Context, limit int, cursor string) (LGThreadList, error)
 	// LGThreadCheckpoints lists a thread's checkpoints (namespace by namespace, newest first).
 	LGThreadCheckpoints(ctx context.Context, thread string, namespace *string, limit int) ([]LGCheckpointInfo, error)
 	// LGStageValue stores one value of thread ahead of the put or putWrites that names it
@@ -165,7 +175,8 @@ type Archive interface {
 	// Export reads a workflow from one snapshot: begin gets its record and checkpoint count, each
 	// every checkpoint in seq order, verified and complete (manifest included).
 	Export(ctx context.Context, workflowID string, begin func(WorkflowRecord, int) error, each func(Checkpoint) error) error
-	// Import writes a workflow's checkpoints as Export produced them, in one transaction.
+	// Import writes a workflow's checkpoints as Export produced them, in bites
+	// (store/importing.go); a failure deletes what earlier bites wrote.
 	Import(ctx context.Context, wf WorkflowRecord, cps iter.Seq2[Checkpoint, error], opts ImportOptions) (ImportResult, error)
 	// LGExport reads every row of a thread from one snapshot, verified.
 	LGExport(ctx context.Context, thread string, begin func(LGThreadCounts) error, each func(LGRecord) error) error
@@ -192,6 +203,10 @@ type Maintenance interface {
 	Verify(ctx context.Context, progress func(done, total int)) ([]CorruptError, error)
 	// IntegrityCheck runs the database's own consistency check (About.Integrity): its problems.
 	IntegrityCheck(ctx context.Context) ([]string, error)
+	// CheckFigures recounts the kept figures (each workflow's count, stored bytes and newest
+	// seq; the database's counters) from the rows they count: one line per figure that
+	// differs. It reads everything, like Verify.
+	CheckFigures(ctx context.Context) ([]string, error)
 	// VerifyLG re-checks every stored LangGraph byte string.
 	VerifyLG(ctx context.Context) (LGCounts, []LGProblem, error)
 	// Compact compresses every state still waiting for deferred compression now.

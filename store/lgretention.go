@@ -9,30 +9,11 @@ package store
 // delta-channel replay needs is removed (SelectLGKeep), nor the checkpoint a put names as its
 // parent.
 //
-// Deleting runs in bites (Bite): bounded transactions, so that the writers of other threads
+// Deleting runs in bites (store/bites.go): bounded transactions, so that the writers of other threads
 // interleave; a crash between bites leaves a consistent database and running the same call
 // again finishes the job.
 
-import (
-	"time"
-)
-
-// Bites: work goes in chunks of BiteUnits units (a checkpoint with its writes and metadata
-// rows, a value); after a chunk the bite goes on while it has run less than BiteBudget. A small
-// job is always one bite.
-const (
-	BiteUnits  = 128
-	BiteBudget = 4 * time.Millisecond
-)
-
-// Bite times one bounded transaction of a maintenance job.
-type Bite struct{ start time.Time }
-
-// NewBite starts timing a bite.
-func NewBite() Bite { return Bite{start: time.Now()} }
-
-// More reports whether another chunk of BiteUnits fits in this bite.
-func (b Bite) More() bool { return time.Since(b.start) < BiteBudget }
+import "time"
 
 // LGPrunes reports whether r deletes checkpoints of a thread (not just idle threads).
 func LGPrunes(r Retention) bool { return r.KeepLast > 0 || r.MaxAgeSeconds > 0 }

@@ -77,3 +77,49 @@ func DecodeRetention(js []byte) (Retention, error) {
 	err := json.Unmarshal(js, &r)
 	return r, err
 }
+
+// GroupBounds are what a bite of a prune reads of one (workflow, namespace) to decide, like
+// SelectExpired, which of its checkpoints go, without reading them all: the group's newest seq,
+// its oldest, and with KeepLast the seq of the KeepLast-th newest. A prune in bites reads them
+// again in every bite, so that saves in between only add newer checkpoints to keep.
+type GroupBounds struct {
+	Newest int64 // the newest seq: never pruned
+	First  int64 // the oldest seq: kept with KeepFirst
+	// Boundary is, with KeepLast, the seq of the KeepLast-th newest checkpoint: those below it
+	// are beyond KeepLast. 0: the group has fewer than KeepLast checkpoints (or no KeepLast).
+	Boundary int64
+}
+
+// Expired reports whether r deletes the checkpoint it at now: SelectExpired's rule for one
+// item of the group b describes.
+func (b GroupBounds) Expired(it RetentionItem, r Retention, now time.Time) bool {
+	if it.Seq >= b.Newest || (r.KeepFirst && it.Seq == b.First) {
+		return false
+	}
+	old := r.MaxAgeSeconds > 0 && now.Sub(it.CreatedAt) > time.Duration(r.MaxAgeSeconds)*time.Second
+	beyond := r.KeepLast > 0 && b.Boundary > 0 && it.Seq < b.Boundary
+	return old || beyond
+}
+
+// Exhausted reports whether no checkpoint with a seq above after can be expired: the walk of
+// the group in seq order may stop.
+func (b GroupBounds) Exhausted(after int64, r Retention) bool {
+	if after+1 >= b.Newest {
+		return true
+	}
+	if r.MaxAgeSeconds > 0 {
+		return false
+	}
+	return r.KeepLast <= 0 || b.Boundary == 0 || after+1 >= b.Boundary
+}
+
+// Prunes reports whether r can delete anything of a workflow holding count checkpoints.
+func (r Retention) Prunes(count int64) bool {
+	if count < 2 {
+		return false
+	}
+	if r.MaxAgeSeconds > 0 {
+		return true
+	}
+	return r.KeepLast > 0 && count > int64(r.KeepLast)
+}

@@ -58,11 +58,24 @@ type Options struct {
 	// NoCompactor leaves states saved raw by others (a running daemon) alone: no background
 	// compactor, no compression at Close. For short-lived tools; their own saves compress inline.
 	NoCompactor bool
+	// NoOpenCheck skips the integrity check a backend runs when it opens a database (SQLite:
+	// PRAGMA quick_check, which reads the whole file): for short-lived tools (the ckptd
+	// commands), whose cost would otherwise grow with the database. Damage a statement meets
+	// still stops writes.
+	NoOpenCheck bool
 	// BlobCacheBytes sizes the in-memory cache of LangGraph channel values: 0 means
 	// DefaultBlobCacheBytes, < 0 none.
 	BlobCacheBytes int64
 	Logger         *slog.Logger
 	Now            func() time.Time // default time.Now
+	// BiteBudget bounds the write transactions of long maintenance (store/bites.go): each does
+	// BiteUnits units of work, then more only while it has held its transaction for less than
+	// this. 0: DefaultBiteBudget.
+	BiteBudget time.Duration
+	// AfterBite, if set, is called after every committed bite with the number committed so far
+	// by this backend (a test hook: ckptd's CKPTD_TEST_HOLD_AFTER_BITES). It runs on the
+	// maintenance's goroutine, outside any transaction.
+	AfterBite func(n int)
 }
 
 // Phase is where in a step a checkpoint was taken.
@@ -228,13 +241,27 @@ type PruneRequest struct {
 	KeepLast         int
 	OlderThanSeconds int64
 	DryRun           bool
+	// OmitIDs leaves PruneResult.IDs nil: only the counts are kept, so that a prune of millions
+	// of checkpoints stays small (the ids still go to SetOnPruned's callback, bite by bite).
+	OmitIDs bool
+	// Progress, if set, is called after every committed bite with the totals so far.
+	Progress func(PruneProgress)
 }
 
-// PruneResult reports what a prune removed (or would remove).
+// PruneResult reports what a prune removed (or would remove), summed over its bites.
 type PruneResult struct {
 	Deleted    int
 	FreedBytes int64
-	IDs        map[string][]string // workflowId -> deleted checkpoint ids
+	IDs        map[string][]string // workflowId -> deleted checkpoint ids (nil with OmitIDs)
+}
+
+// PruneProgress is how far a prune has got.
+type PruneProgress struct {
+	Deleted    int
+	FreedBytes int64
+	// Workflows is the number of workflows gone through, of Total (the workflows there were
+	// when the prune began; 1 for a prune of one workflow).
+	Workflows, Total int
 }
 
 // WorkflowInfo summarises one workflow.

@@ -270,8 +270,8 @@ func run(bin, base string, n, cpuN int, jsonOut, dir, durability string) error {
 			return err
 		}},
 		{name: "sql", what: "in process: prepared modernc SELECT, empty table", run: floor.Run},
-		{name: "workflows", what: "in process: store.Workflows, empty database", floor: "sql", run: func(int) error {
-			_, err := st.Workflows(ctx, false)
+		{name: "workflows", what: "in process: store.ListWorkflows, empty database", floor: "sql", run: func(int) error {
+			_, err := st.ListWorkflows(ctx, store.WorkflowFilter{})
 			return err
 		}},
 	}

@@ -68,8 +68,11 @@ func withStore(ctx context.Context, e *env, g *globalFlags, create bool, f func(
 		Durability:    g.durability,
 		MaxStateBytes: cliMaxStateBytes,
 		Logger:        log,
-		// A command must not spend its exit compressing a running daemon's fresh saves.
+		// A command must not spend its exit compressing a running daemon's fresh saves, nor its
+		// start reading the whole file (the daemon checks it; ckptd verify is the check).
 		NoCompactor: true,
+		NoOpenCheck: true,
+		AfterBite:   biteHook(e),
 	}, create)
 	if err != nil {
 		return err

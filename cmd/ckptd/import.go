@@ -18,7 +18,8 @@ const importUsage = `usage: ckptd import FILE [flags]
 Reads an archive written by 'ckptd export' (a workflow, or a LangGraph thread with --thread)
 into the database (created if missing). The whole archive is verified first (magic, version,
 every record, every state's SHA-256, the file's SHA-256): a damaged or truncated archive imports
-nothing. Then everything is written in one transaction. Checkpoint ids, creation times and
+nothing. Then it is written in small transactions (a workflow's; a thread's in one), which a
+conflict undoes; interrupted, importing again finishes it. Checkpoint ids, creation times and
 SHA-256s are kept; seqs too, unless the workflow already has checkpoints at or after them here
 (then they follow the existing ones, in their original order). A checkpoint (or LangGraph row)
 already present with the same content is skipped, so importing twice is a no-op; the same id

@@ -13,8 +13,9 @@ import (
 
 const lsUsage = `usage: ckptd ls [WORKFLOW] [flags]
 
-Without WORKFLOW: every workflow, most recently updated first (checkpoints, latest phase and
-step, last update, whether it can be resumed, stored size). RESUMABLE is what 'ckptd plan
+Without WORKFLOW: the 50 most recently updated workflows (checkpoints, latest phase and step,
+last update, whether it can be resumed, stored size), and how many more there are; --limit N
+shows N, --all every one. RESUMABLE is what 'ckptd plan
 WORKFLOW' answers without a workflow hash or source drift: "yes", or "no (why)" (completed,
 corrupt checkpoint, failed and not retryable, ...); LATEST says CORRUPT when the latest
 checkpoint fails verification. With WORKFLOW: its checkpoints, newest first, with the status of
@@ -23,6 +24,7 @@ of one status. --json prints the same objects as workflow/list and checkpoint/li
 
 examples:
   ckptd ls
+  ckptd ls --limit 200 --resumable
   ckptd ls wf-1
   ckptd ls wf-1 --namespace sub --json | jq '.checkpoints[0].checkpointId'
   ckptd ls wf-1 --validation failed
@@ -34,7 +36,8 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	registerDBFlags(fs, &g)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	namespace := fs.String("namespace", "", "with WORKFLOW: only this `namespace` (default: every namespace)")
-	limit := fs.Int("limit", 0, "with WORKFLOW: at most `n` checkpoints, newest first (0 = all)")
+	limit := fs.Int("limit", 0, "at most `n` workflows (default 50), or with WORKFLOW checkpoints (default all), newest first")
+	all := fs.Bool("all", false, "without WORKFLOW: every workflow")
 	resumable := fs.Bool("resumable", false, "without WORKFLOW: only workflows that can be resumed")
 	validation := fs.String("validation", "", "with WORKFLOW: only checkpoints whose validation `status` is passed, warning or failed")
 	pos, err := parseArgs(fs, args)
@@ -48,8 +51,14 @@ func runLs(ctx context.Context, e *env, args []string) error {
 		return usageError{"--limit must be >= 0"}
 	}
 	nsSet := isSet(fs, "namespace")
-	if len(pos) == 0 && (nsSet || *limit > 0 || *validation != "") {
-		return usageError{"--namespace, --limit and --validation need a WORKFLOW"}
+	if len(pos) == 0 && (nsSet || *validation != "") {
+		return usageError{"--namespace and --validation need a WORKFLOW"}
+	}
+	if *all && (len(pos) > 0 || isSet(fs, "limit")) {
+		return usageError{"--all lists every workflow: give no WORKFLOW and no --limit"}
+	}
+	if len(pos) == 0 && isSet(fs, "limit") && *limit < 1 {
+		return usageError{"--limit must be >= 1 (--all lists every workflow)"}
 	}
 	if *validation != "" && !store.ValidationStatusValid(*validation) {
 		return usageError{fmt.Sprintf("--validation %q: want passed, warning or failed", *validation)}
@@ -59,7 +68,14 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	}
 	return withStore(ctx, e, &g, false, func(st store.Backend) error {
 		if len(pos) == 0 {
-			return lsWorkflows(ctx, e, st, *resumable, *asJSON)
+			n := lsDefault
+			switch {
+			case *all:
+				n = 0
+			case isSet(fs, "limit"):
+				n = *limit
+			}
+			return lsWorkflows(ctx, e, st, *resumable, n, *asJSON)
 		}
 		var ns *string
 		if nsSet {
@@ -69,17 +85,49 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, asJSON bool) error {
-	ws, err := st.Workflows(ctx, resumableOnly)
-	if err != nil {
-		return err
+// lsDefault is how many workflows (and threads) the listings show without --limit or --all.
+const lsDefault = 50
+
+// lsWorkflows lists the newest limit workflows (0: all), page by page, then says how many more
+// there are and how to see them (on stderr: stdout stays the table, or the JSON).
+func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly bool, limit int, asJSON bool) error {
+	var ws []store.WorkflowInfo
+	f := store.WorkflowFilter{ResumableOnly: resumableOnly}
+	cursor := ""
+	for {
+		f.Limit = store.MaxWorkflowPage
+		if limit > 0 {
+			f.Limit = min(store.MaxWorkflowPage, limit-len(ws))
+		}
+		page, err := st.ListWorkflows(ctx, f)
+		if err != nil {
+			return err
+		}
+		ws = append(ws, page.Workflows...)
+		cursor = page.Cursor
+		if cursor == "" || (limit > 0 && len(ws) >= limit) {
+			break
+		}
+		f.Cursor = cursor
+	}
+	more := 0
+	if cursor != "" {
+		n, err := countWorkflows(ctx, st, resumableOnly)
+		if err != nil {
+			return err
+		}
+		more = max(n-len(ws), 1)
 	}
 	if asJSON {
-		out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
+		out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws)), Cursor: cursor}
 		for _, w := range ws {
 			out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
 		}
-		return printJSON(e.stdout, out)
+		if err := printJSON(e.stdout, out); err != nil {
+			return err
+		}
+		lsMore(e, more, "workflow", len(ws))
+		return nil
 	}
 	if len(ws) == 0 && !resumableOnly {
 		return lsNoWorkflows(ctx, e, st)
@@ -96,16 +144,46 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, a
 		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, latest, fmtTime(w.UpdatedAt),
 			resumable, fmtBytes(w.StoredBytes)))
 	}
-	if len(rows) == 0 {
+	if len(rows) == 0 && more == 0 {
 		fmt.Fprintln(e.stderr, "no resumable workflows")
 		return nil
 	}
-	tw := newTable(e.stdout)
-	fmt.Fprintln(tw, "WORKFLOW\tCHECKPOINTS\tLATEST\tUPDATED\tRESUMABLE\tSTORED")
-	for _, r := range rows {
-		fmt.Fprint(tw, r)
+	if len(rows) > 0 {
+		tw := newTable(e.stdout)
+		fmt.Fprintln(tw, "WORKFLOW\tCHECKPOINTS\tLATEST\tUPDATED\tRESUMABLE\tSTORED")
+		for _, r := range rows {
+			fmt.Fprint(tw, r)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	lsMore(e, more, "workflow", len(ws))
+	return nil
+}
+
+// countWorkflows counts the workflows a listing walks: from the kept counters (every workflow),
+// or through the index of the resumable ones.
+func countWorkflows(ctx context.Context, st store.Backend, resumableOnly bool) (int, error) {
+	if resumableOnly {
+		u, err := st.Usage(ctx)
+		return u.ResumableWorkflow, err
+	}
+	db, err := st.Stats(ctx)
+	return db.Workflows, err
+}
+
+// lsMore says how many more items (what: "workflow", "thread") a listing of shown left out,
+// and how to see them.
+func lsMore(e *env, more int, what string, shown int) {
+	if more <= 0 {
+		return
+	}
+	if more != 1 {
+		what += "s"
+	}
+	fmt.Fprintf(e.stderr, "... %d more %s (showing the newest %d): --limit N shows the newest N, --all every one\n",
+		more, what, shown)
 }
 
 func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns *string, validation string, limit int, asJSON bool) error {
@@ -208,15 +286,15 @@ func lsResumable(ctx context.Context, st store.Backend, w store.WorkflowInfo) (l
 // lsNoWorkflows says there are no workflows, and where to look when the database holds
 // LangGraph threads instead (the LangGraph savers store threads, which ckptd threads lists).
 func lsNoWorkflows(ctx context.Context, e *env, st store.Backend) error {
-	threads, err := st.LGThreads(ctx)
+	threads, err := st.ListLGThreads(ctx, 1, "")
 	if err != nil {
 		return err
 	}
-	if len(threads) == 0 {
+	if threads.Total == 0 {
 		fmt.Fprintln(e.stderr, "no workflows")
 		return nil
 	}
 	fmt.Fprintf(e.stderr, "no workflows (checkpoint/save); this database holds %s saved by a LangGraph saver: "+
-		"run 'ckptd threads' to list them\n", plural(len(threads), "LangGraph thread", "LangGraph threads"))
+		"run 'ckptd threads' to list them\n", plural(threads.Total, "LangGraph thread", "LangGraph threads"))
 	return nil
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ckptd/ckptd/store"
 )
 
 func TestCLILs(t *testing.T) {
@@ -80,4 +83,42 @@ func TestCLILsFirstHour(t *testing.T) {
 
 	lg := lgFixture(t)
 	cliGolden(t, "ls-threads-only", lg.dir, cliRun(t, nil, "ls", "--db", lg.path))
+}
+
+// TestCLILsNewest (#22): without --limit, ls shows the newest 50 workflows and says how many
+// more there are and how to see them; --limit N and --all show N or every one; --json carries
+// the cursor of workflow/list.
+func TestCLILsNewest(t *testing.T) {
+	t.Parallel()
+	db := standardFixture(t)
+	cliGolden(t, "ls-limit", db.dir, cliRun(t, nil, "ls", "--limit", "2", "--db", db.path))
+	cliGolden(t, "ls-usage-all", db.dir, cliRun(t, nil, "ls", "--all", "--limit", "2", "--db", db.path))
+	cliGolden(t, "ls-usage-limit", db.dir, cliRun(t, nil, "ls", "--limit", "0", "--db", db.path))
+
+	big := newCLIDB(t, nil)
+	for i := 0; i < 57; i++ {
+		big.save(store.SaveRequest{WorkflowID: fmt.Sprintf("wf-%02d", i)})
+	}
+	big.close()
+	res := cliRun(t, nil, "ls", "--db", big.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	require.Len(t, lines, 1+50)
+	assert.True(t, strings.HasPrefix(lines[1], "wf-56 "), lines[1])
+	assert.Equal(t, "... 7 more workflows (showing the newest 50): --limit N shows the newest N, --all every one\n", res.stderr)
+	res = cliRun(t, nil, "ls", "--all", "--db", big.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.Len(t, strings.Split(strings.TrimSpace(res.stdout), "\n"), 1+57)
+	require.Empty(t, res.stderr)
+	res = cliRun(t, nil, "ls", "--limit", "56", "--resumable", "--json", "--db", big.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	var out struct {
+		Workflows []struct{ WorkflowID string }
+		Cursor    string
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out))
+	require.Len(t, out.Workflows, 56)
+	require.NotEmpty(t, out.Cursor)
+	assert.Equal(t, "wf-01", out.Workflows[55].WorkflowID, "newest first: wf-00 is the one more")
+	assert.Contains(t, res.stderr, "1 more workflow (")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +18,11 @@ like checkpoint/prune: --keep-last N keeps the newest N; --older-than AGE delete
 than AGE (units s, m, h, d, w: 7d, 36h, 1d12h); both together delete what either selects except
 the newest N. The newest checkpoint of a workflow is never pruned. Freed space goes back to the
 file system. --dry-run lists what would be deleted and deletes nothing.
+
+The prune runs in small transactions (a few milliseconds each), so agents saving to the same
+database meanwhile wait at most that long; on a terminal, stderr shows its progress. Stopped
+half-way (Ctrl-C, a crash), it leaves a consistent database: run it again to finish. The table
+lists the first 50 workflows it pruned; --json lists every checkpoint id.
 
 examples:
   ckptd prune --keep-last 5 --dry-run
@@ -63,6 +69,11 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 				return err
 			}
 		}
+		if isTerminal(e.stderr) && !*asJSON {
+			pp := &pruneProgress{w: e.stderr, start: time.Now(), dry: req.DryRun}
+			req.Progress = pp.update
+			defer pp.end()
+		}
 		res, err := st.Prune(ctx, req)
 		if err != nil {
 			return err
@@ -98,15 +109,55 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 			plural(len(wfs), "workflow", "workflows"), fmtBytes(res.FreedBytes))
 		tw := newTable(e.stdout)
 		fmt.Fprintln(tw, "WORKFLOW\tDELETED\tCHECKPOINTS")
-		for _, wf := range wfs {
+		for _, wf := range wfs[:min(len(wfs), lsDefault)] {
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", wf, len(res.IDs[wf]), strings.Join(res.IDs[wf], " "))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(wfs) > lsDefault {
+			fmt.Fprintf(e.stdout, "... and %d more workflows (--json lists every checkpoint id)\n", len(wfs)-lsDefault)
 		}
 		if req.DryRun {
 			fmt.Fprintln(e.stdout, "dry run: nothing was deleted")
 		}
 		return nil
 	})
+}
+
+// pruneProgress shows the progress of a prune that takes more than one transaction ("bite") on a
+// terminal, redrawn in place at most every 100ms: checkpoints deleted, workflows gone through
+// of how many, elapsed time. The line is cleared when the prune ends.
+type pruneProgress struct {
+	w     io.Writer
+	start time.Time
+	last  time.Time
+	dry   bool
+	drawn bool
+	bites int
+}
+
+func (p *pruneProgress) update(pr store.PruneProgress) {
+	p.bites++
+	now := time.Now()
+	if p.bites < 2 || (p.drawn && now.Sub(p.last) < 100*time.Millisecond) {
+		return
+	}
+	p.last, p.drawn = now, true
+	verb := "deleted"
+	if p.dry {
+		verb = "would delete"
+	}
+	pct := 0
+	if pr.Total > 0 {
+		pct = pr.Workflows * 100 / pr.Total
+	}
+	fmt.Fprintf(p.w, "\r\x1b[Kpruning: %s %d checkpoints (%s), %d/%d workflows (%d%%), %s",
+		verb, pr.Deleted, fmtBytes(pr.FreedBytes), pr.Workflows, pr.Total, pct, now.Sub(p.start).Round(time.Second))
+}
+
+func (p *pruneProgress) end() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
 }

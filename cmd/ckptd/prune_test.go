@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +97,34 @@ func TestCLIParseAge(t *testing.T) {
 		_, err := parseAge(in)
 		assert.Error(t, err, in)
 	}
+}
+
+// TestCLIPruneProgressOnTerminal (#22): a prune that takes several transactions shows its
+// progress on a terminal (stderr), and clears the line before the report.
+func TestCLIPruneProgressOnTerminal(t *testing.T) {
+	t.Parallel()
+	db := newCLIDB(t, nil)
+	var ps []*storePending
+	for w := 0; w < 100; w++ {
+		for i := 0; i < 40; i++ {
+			ps = append(ps, &storePending{p: db.st.Enqueue(store.SaveRequest{WorkflowID: fmt.Sprintf("wf-%03d", w),
+				State: []byte(fmt.Sprintf(`{"i":%d}`, i)), StateType: store.StateJSON})})
+		}
+	}
+	for _, p := range ps {
+		p.wait(t)
+	}
+	db.close()
+	res := cliRunTTY(t, "stderr", "prune", "--keep-last", "1", "--db", db.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.Contains(t, res.stderr, "pruning: deleted ")
+	require.Contains(t, res.stderr, "/100 workflows (")
+	require.True(t, strings.HasSuffix(res.stderr, "\r\x1b[K"), "the progress line is cleared: %q", res.stderr)
+	require.Contains(t, res.stdout, "deleted 3900 checkpoints from 100 workflows")
+	require.Contains(t, res.stdout, "... and 50 more workflows (--json lists every checkpoint id)")
+
+	// not on a terminal: no progress
+	res = cliRun(t, nil, "prune", "--keep-last", "1", "--db", db.path)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.Empty(t, res.stderr)
 }

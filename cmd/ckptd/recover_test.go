@@ -115,7 +115,7 @@ func exported(t *testing.T, path string) (map[string]store.Checkpoint, map[strin
 	require.NoError(t, err)
 	defer st.Close()
 	cps := map[string]store.Checkpoint{}
-	wfs, err := st.Workflows(ctx, false)
+	wfs, err := store.AllWorkflows(ctx, st, false)
 	require.NoError(t, err)
 	for _, w := range wfs {
 		require.NoError(t, st.Export(ctx, w.WorkflowID, func(store.WorkflowRecord, int) error { return nil },

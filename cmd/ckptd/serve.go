@@ -189,6 +189,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		SweepInterval:      sweepEvery,
 		MaxStateBytes:      maxBytes,
 		Logger:             log,
+		AfterBite:          biteHook(e),
 	}, true)
 	if err != nil {
 		if isURL(path) { // the backend names the database (without its password)

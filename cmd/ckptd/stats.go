@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -85,20 +84,18 @@ func runStats(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		ws, err := st.Workflows(ctx, false)
-		if err != nil {
-			return err
+		var ws []store.WorkflowInfo
+		if *top > 0 { // the largest, by their kept figures
+			page, err := st.ListWorkflows(ctx, store.WorkflowFilter{Order: store.OrderStored, Limit: min(*top, store.MaxWorkflowPage)})
+			if err != nil {
+				return err
+			}
+			ws = page.Workflows
 		}
 		threads, err := st.LGThreads(ctx)
 		if err != nil {
 			return err
 		}
-		sort.SliceStable(ws, func(i, j int) bool {
-			if ws[i].StoredBytes != ws[j].StoredBytes {
-				return ws[i].StoredBytes > ws[j].StoredBytes
-			}
-			return ws[i].WorkflowID < ws[j].WorkflowID
-		})
 		rep := statsReport{
 			DB: protocol.DBStats{Path: db.Path, SizeBytes: db.SizeBytes, WALBytes: health.Figure("walBytes"), Workflows: db.Workflows,
 				Checkpoints: db.Checkpoints, States: db.States, StatesStoredBytes: db.StatesStoredBytes},

@@ -14,8 +14,9 @@ import (
 const threadsUsage = `usage: ckptd threads [THREAD] [flags]
 
 LangGraph threads, stored by the LangGraph savers (ckptd.langgraph, ckptd/langgraph) through the
-lg/* methods. Without THREAD: every thread, most recently updated first (checkpoints, namespaces,
-pending writes, newest checkpoint, last update, stored size). With THREAD: its checkpoints,
+lg/* methods. Without THREAD: the 50 most recently updated threads (checkpoints, namespaces,
+pending writes, newest checkpoint, last update, stored size), and how many more there are;
+--limit N shows N, --all every one. With THREAD: its checkpoints,
 namespace by namespace (root first), newest first, with their metadata's source and step.
 Reads only the rows' headers and metadata, never a stored value.
 
@@ -66,7 +67,8 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 	registerDBFlags(fs, &g)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	namespace := fs.String("namespace", "", "with THREAD: only this `namespace` (\"\" is the root; default: every namespace)")
-	limit := fs.Int("limit", 0, "with THREAD: at most `n` checkpoints (0 = all)")
+	limit := fs.Int("limit", 0, "at most `n` threads (default 50), or with THREAD checkpoints (default all)")
+	all := fs.Bool("all", false, "without THREAD: every thread")
 	checkpoint := fs.String("checkpoint", "", "with THREAD: show this checkpoint `id` (or latest)")
 	values := fs.Bool("values", false, "with --checkpoint: print JSON-typed channel values and writes too")
 	idle := fs.String("idle", "", "list the threads no put has touched for at least `age` (e.g. 30d, 12h)")
@@ -88,8 +90,12 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 		return usageError{fmt.Sprintf("unexpected argument %q (threads takes at most one THREAD)", pos[1])}
 	case *limit < 0:
 		return usageError{"--limit must be >= 0"}
-	case len(pos) == 0 && (isSet(fs, "namespace") || *limit > 0 || *checkpoint != ""):
-		return usageError{"--namespace, --limit and --checkpoint need a THREAD"}
+	case len(pos) == 0 && (isSet(fs, "namespace") || *checkpoint != ""):
+		return usageError{"--namespace and --checkpoint need a THREAD"}
+	case *all && (len(pos) > 0 || isSet(fs, "limit")):
+		return usageError{"--all lists every thread: give no THREAD and no --limit"}
+	case len(pos) == 0 && isSet(fs, "limit") && *limit < 1:
+		return usageError{"--limit must be >= 1 (--all lists every thread)"}
 	case *checkpoint != "" && *limit > 0:
 		return usageError{"--limit lists checkpoints: it does not go with --checkpoint"}
 	case *values && *checkpoint == "":
@@ -100,7 +106,14 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 			return lsIdleThreads(ctx, e, st, idleFor, *asJSON)
 		}
 		if len(pos) == 0 {
-			return lsThreads(ctx, e, st, *asJSON)
+			n := lsDefault
+			switch {
+			case *all:
+				n = 0
+			case isSet(fs, "limit"):
+				n = *limit
+			}
+			return lsThreads(ctx, e, st, n, *asJSON)
 		}
 		if *checkpoint != "" {
 			return showThreadCheckpoint(ctx, e, st, pos[0], *namespace, *checkpoint, *values, *asJSON)
@@ -113,11 +126,31 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-func lsThreads(ctx context.Context, e *env, st store.Backend, asJSON bool) error {
-	ts, err := st.LGThreads(ctx)
-	if err != nil {
-		return err
+// lsThreads lists the newest limit threads (0: all), page by page, then says how many more
+// there are and how to see them (on stderr).
+func lsThreads(ctx context.Context, e *env, st store.Backend, limit int, asJSON bool) error {
+	var ts []store.LGThread
+	cursor, total := "", 0
+	for {
+		n := store.MaxWorkflowPage
+		if limit > 0 {
+			n = min(n, limit-len(ts))
+		}
+		page, err := st.ListLGThreads(ctx, n, cursor)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, page.Threads...)
+		cursor, total = page.Cursor, page.Total
+		if cursor == "" || (limit > 0 && len(ts) >= limit) {
+			break
+		}
 	}
+	more := 0
+	if cursor != "" {
+		more = max(total-len(ts), 1)
+	}
+	defer lsMore(e, more, "thread", len(ts))
 	if asJSON {
 		out := struct {
 			Threads []threadJSON `json:"threads"`

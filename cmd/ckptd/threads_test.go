@@ -64,7 +64,11 @@ func TestCLIThreads(t *testing.T) {
 	cliGolden(t, "threads-thread-subgraph", db.dir, cliRun(t, nil, "threads", "support-42", "--namespace", "tools:7d1e", "--db", db.path))
 	cliGolden(t, "threads-writes-only", db.dir, cliRun(t, nil, "threads", "orphan-writes", "--db", db.path))
 	cliGolden(t, "threads-unknown", db.dir, cliRun(t, nil, "threads", "nope", "--db", db.path))
-	cliGolden(t, "threads-usage", db.dir, cliRun(t, nil, "threads", "--limit", "2", "--db", db.path))
+	cliGolden(t, "threads-usage", db.dir, cliRun(t, nil, "threads", "--checkpoint", "latest", "--db", db.path))
+	cliGolden(t, "threads-limit", db.dir, cliRun(t, nil, "threads", "--limit", "2", "--db", db.path))
+	cliGolden(t, "threads-limit-json", db.dir, cliRun(t, nil, "threads", "--limit", "1", "--json", "--db", db.path))
+	cliGolden(t, "threads-all", db.dir, cliRun(t, nil, "threads", "--all", "--db", db.path))
+	cliGolden(t, "threads-usage-all", db.dir, cliRun(t, nil, "threads", "--all", "--limit", "3", "--db", db.path))
 
 	cliGolden(t, "threads-checkpoint", db.dir, cliRun(t, nil, "threads", "support-42", "--checkpoint", "latest", "--db", db.path))
 	cliGolden(t, "threads-checkpoint-values", db.dir, cliRun(t, nil, "threads", "support-42", "--checkpoint", "1f0a-0002", "--values", "--db", db.path))

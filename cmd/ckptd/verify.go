@@ -16,7 +16,9 @@ one recorded at save time (a state shared by several checkpoints is checked once
 is reported for each of them), likewise every LangGraph checkpoint, channel value and pending
 write (lg/* methods) and every source manifest recorded for drift (each file entry against its
 BLAKE3 content address), then the database's own integrity check runs (SQLite: PRAGMA
-integrity_check; PostgreSQL: amcheck, where the extension is available). Progress goes to
+integrity_check; PostgreSQL: amcheck, where the extension is available), and the figures ckptd
+keeps (each workflow's checkpoint count, stored bytes and newest checkpoint; the totals stats
+reports) are recounted from the rows they count. Progress goes to
 stderr (a bar on a terminal). Exits 0 when everything is intact, 1 listing what is not.
 Reads only: safe while a sidecar is using the database.
 
@@ -136,9 +138,12 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		bad, err := st.Verify(ctx, onProgress)
-		var integrity []string
+		var integrity, figures []string
 		if err == nil {
 			integrity, err = st.IntegrityCheck(ctx)
+		}
+		if err == nil && len(integrity) == 0 {
+			figures, err = st.CheckFigures(ctx)
 		}
 		if p != nil {
 			if err != nil {
@@ -193,7 +198,8 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 				Seq: sm.Seq, Reason: b.Reason})
 		}
 		rep.Database = append(rep.Database, integrity...)
-		rep.OK = len(bad) == 0 && len(integrity) == 0 && len(lgBad) == 0 && len(srcBad) == 0
+		rep.Database = append(rep.Database, figures...)
+		rep.OK = len(bad) == 0 && len(integrity) == 0 && len(figures) == 0 && len(lgBad) == 0 && len(srcBad) == 0
 		if *asJSON {
 			err = printJSON(e.stdout, rep)
 		} else {

@@ -202,37 +202,13 @@ func (s *Store) ClaimOf(ctx context.Context, workflowID string) (store.Claim, ti
 	return c, now, nil
 }
 
-// claimableWhere selects, after workflowsQuery, the resumable workflows whose claim is free at
-// the server's clock, least recently updated first; $1 the limit (NULL: all). The walk follows
-// workflows_claimable (the workflows not completed, by updated_at) and probes checkpoints and
-// claims by key; workflowsQuery's per-row sums run only for the rows returned.
-const claimableWhere = `
-	WHERE w.completed_at IS NULL
-	AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.workflow_id = w.workflow_id)
-	AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
-		AND k.owner IS NOT NULL AND k.expires_at > (SELECT clock_timestamp()))
-	ORDER BY w.updated_at, w.workflow_id LIMIT $1`
-
 // Claimable summarises the resumable workflows whose claim is free now, least recently updated
-// first (at most limit; 0: all).
+// first (at most limit; 0: all), page by page through ListWorkflows.
 func (s *Store) Claimable(ctx context.Context, limit int) ([]store.WorkflowInfo, error) {
 	if limit < 0 {
 		return nil, invalid("limit", "must be >= 0")
 	}
-	var lim *int64
-	if limit > 0 {
-		l := int64(limit)
-		lim = &l
-	}
-	var out []store.WorkflowInfo
-	err := s.readTx(ctx, func(tx pgx.Tx) (err error) {
-		out, err = s.workflowInfos(ctx, tx, claimableWhere, []any{lim}, true)
-		return err
-	})
-	if err != nil {
-		return nil, wrapDB("list claimable workflows", err)
-	}
-	return out, nil
+	return store.ClaimableWorkflows(ctx, s, limit)
 }
 
 // PutWritesFenced is PutWrites under fencing token (0: none), checked in its transaction.

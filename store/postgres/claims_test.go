@@ -88,10 +88,10 @@ func TestClaimTokenGuard(t *testing.T) {
 	require.Equal(t, "a", got.Owner)
 }
 
-// TestClaimableQueryPlan: workflow/list {claimable} walks workflows_claimable in its ORDER BY
-// order, stopping at the limit: no sort, no scan of the workflows table (20,000 workflows with
-// checkpoints, a tenth of them completed).
-func TestClaimableQueryPlan(t *testing.T) {
+// TestWorkflowPageQueryPlans: every shape of a workflow/list page walks its index in its ORDER
+// BY order from the cursor, stopping at the limit: no sort, no scan of the workflows table
+// (20,000 workflows with checkpoints, a tenth of them completed).
+func TestWorkflowPageQueryPlans(t *testing.T) {
 	u := pgtest.Database(t)
 	s := openURL(t, u)
 	ctx := context.Background()
@@ -102,8 +102,8 @@ func TestClaimableQueryPlan(t *testing.T) {
 	_, err := s.Claim(ctx, "a", "w", time.Minute)
 	require.NoError(t, err)
 	c := rawConn(t, u)
-	_, err = c.Exec(ctx, `INSERT INTO workflows (workflow_id, created_at, updated_at, completed_at)
-		SELECT 'bulk-' || i, now(), now() - i * interval '1 second', CASE WHEN i % 10 = 0 THEN now() END
+	_, err = c.Exec(ctx, `INSERT INTO workflows (workflow_id, created_at, updated_at, completed_at, ckpt_count, latest_seq)
+		SELECT 'bulk-' || i, now(), now() - i * interval '1 second', CASE WHEN i % 10 = 0 THEN now() END, 2, 2
 		FROM generate_series(1, 20000) AS i`)
 	require.NoError(t, err)
 	_, err = c.Exec(ctx, `INSERT INTO checkpoints (checkpoint_id, workflow_id, namespace, seq, phase, step, state_type, size,
@@ -111,22 +111,46 @@ func TestClaimableQueryPlan(t *testing.T) {
 		SELECT 'bulk-' || i || '-' || n, 'bulk-' || i, '', n, 'completed', n, 'none', 0, 0, false, 0, 0, now(), 1, '\x00'
 		FROM generate_series(1, 20000) AS i, generate_series(1, 2) AS n`)
 	require.NoError(t, err)
+	_, err = c.Exec(ctx, `UPDATE counters SET checkpoints = checkpoints + 40000 WHERE shard = 0`)
+	require.NoError(t, err)
 	_, err = c.Exec(ctx, `ANALYZE`)
 	require.NoError(t, err)
-	rows, err := c.Query(ctx, "EXPLAIN "+workflowsQuery+claimableWhere, 5)
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
+	key := &store.WorkflowKey{UpdatedAt: time.Now().Add(-time.Hour), ID: "bulk-5"}
+	for _, tc := range []struct {
+		name  string
+		f     store.WorkflowFilter
+		index string
+	}{
+		{"updated", store.WorkflowFilter{Limit: 5}, "workflows_rest"},
+		{"id", store.WorkflowFilter{Order: store.OrderID, Limit: 5}, "workflows_pkey"},
+		{"resumable updated", store.WorkflowFilter{ResumableOnly: true, Limit: 5}, "workflows_claimable"},
+		{"resumable id", store.WorkflowFilter{ResumableOnly: true, Order: store.OrderID, Limit: 5}, "workflows_open"},
+		{"claimable", store.WorkflowFilter{Claimable: true, Limit: 5}, "workflows_claimable"},
+		{"claimable id", store.WorkflowFilter{Claimable: true, Order: store.OrderID, Limit: 5}, "workflows_open"},
+	} {
+		for _, k := range []*store.WorkflowKey{nil, key} {
+			f := tc.f
+			require.NoError(t, f.Normalize())
+			q, args := workflowPageQuery(f, k)
+			rows, err := c.Query(ctx, "EXPLAIN "+q, args...)
+			require.NoError(t, err)
+			var plan []string
+			for rows.Next() {
+				var line string
+				require.NoError(t, rows.Scan(&line))
+				plan = append(plan, line)
+			}
+			require.NoError(t, rows.Err())
+			joined := strings.Join(plan, "\n")
+			require.Contains(t, joined, tc.index, "%s cursor=%v:\n%s", tc.name, k != nil, joined)
+			require.NotContains(t, joined, "Seq Scan on workflows", "%s cursor=%v:\n%s", tc.name, k != nil, joined)
+			for _, line := range plan { // a Merge Append's "Sort Key" merges sorted walks: no Sort node
+				l := strings.TrimLeft(strings.TrimSpace(line), "-> ")
+				sortNode := (strings.HasPrefix(l, "Sort ") && !strings.HasPrefix(l, "Sort Key")) || strings.HasPrefix(l, "Incremental Sort")
+				require.False(t, sortNode, "%s cursor=%v:\n%s", tc.name, k != nil, joined)
+			}
+		}
 	}
-	require.NoError(t, rows.Err())
-	joined := strings.Join(plan, "\n")
-	require.Contains(t, joined, "workflows_claimable", joined)
-	require.NotContains(t, joined, "Seq Scan on workflows", joined)
-	require.NotContains(t, joined, "Sort", joined)
-	t.Log(joined)
 
 	ws, err := s.Claimable(ctx, 2)
 	require.NoError(t, err)

@@ -218,21 +218,25 @@ func lgDeleteValues(ctx context.Context, w *wtx, thread, ns string, keys map[sto
 	return err
 }
 
-// bites runs step in bounded write transactions holding thread's lock until it reports done.
-func (s *Store) bites(ctx context.Context, op, thread string, step func(ctx context.Context, w *wtx) (done bool, err error)) error {
+// lgBites runs step in bounded write transactions holding thread's lock until it reports done.
+func (s *Store) lgBites(ctx context.Context, op, thread string, step func(ctx context.Context, w *wtx) (done bool, err error)) error {
 	for {
 		done := false
 		err := s.lgDo(ctx, op, threadKeys(thread), func(ctx context.Context, w *wtx) error {
-			b := store.NewBite()
+			b := s.bites.Start()
 			for {
 				var err error
-				if done, err = step(ctx, w); err != nil || done || !b.More() {
+				if done, err = step(ctx, w); err != nil || done || b.Spend(store.BiteUnits) {
 					return err
 				}
 			}
 		})
-		if err != nil || done {
+		if err != nil {
 			return err
+		}
+		s.bites.Committed()
+		if done {
+			return nil
 		}
 	}
 }
@@ -259,7 +263,7 @@ func (s *Store) lgPruneNS(ctx context.Context, thread, ns string, plan func(node
 			return deleted, lgErr("plan a prune", err)
 		}
 		stale := false
-		err = s.bites(ctx, "prune thread "+thread, thread, func(ctx context.Context, w *wtx) (bool, error) {
+		err = s.lgBites(ctx, "prune thread "+thread, thread, func(ctx context.Context, w *wtx) (bool, error) {
 			g, err := wq(ctx, w).generation(thread, ns)
 			if err != nil {
 				return false, err
@@ -345,7 +349,7 @@ func (s *Store) lgCollect(ctx context.Context, thread, ns string) error {
 			return nil
 		}
 		stale := false
-		err = s.bites(ctx, "collect thread "+thread, thread, func(ctx context.Context, w *wtx) (bool, error) {
+		err = s.lgBites(ctx, "collect thread "+thread, thread, func(ctx context.Context, w *wtx) (bool, error) {
 			g, err := wq(ctx, w).generation(thread, ns)
 			if err != nil {
 				return false, err
@@ -386,7 +390,7 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 	n := 0
 	stage := 0
 	gone := false
-	err := s.bites(ctx, "delete thread "+thread, thread, func(ctx context.Context, w *wtx) (bool, error) {
+	err := s.lgBites(ctx, "delete thread "+thread, thread, func(ctx context.Context, w *wtx) (bool, error) {
 		if still != nil {
 			ok, err := still(wq(ctx, w))
 			if err != nil || !ok {

@@ -19,8 +19,9 @@ const tableBytes = `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigi
 // indexes and TOAST included.
 func (s *Store) Stats(ctx context.Context) (store.DBStats, error) {
 	st := store.DBStats{Path: s.location}
-	err := s.readRow(ctx, `SELECT (`+tableBytes+`), (SELECT count(*) FROM workflows), (SELECT count(*) FROM checkpoints),
-		(SELECT count(*) FROM states), (SELECT coalesce(sum(stored_size), 0) FROM states)`, nil,
+	// the kept counters (figures.go): a few rows
+	err := s.readRow(ctx, `SELECT (`+tableBytes+`), k.* FROM (SELECT coalesce(sum(workflows), 0)::bigint, coalesce(sum(checkpoints), 0)::bigint,
+		coalesce(sum(states), 0)::bigint, coalesce(sum(states_stored), 0)::bigint FROM counters) AS k`, nil,
 		&st.SizeBytes, &st.Workflows, &st.Checkpoints, &st.States, &st.StatesStoredBytes)
 	if err != nil {
 		return store.DBStats{}, wrapDB("stats", err)

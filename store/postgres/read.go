@@ -399,91 +399,196 @@ func summariesBy(ctx context.Context, tx pgx.Tx, col string, arg any) (map[int64
 	return out, err
 }
 
-// workflowsQuery summarises workflows: row, count, stored bytes, the newest checkpoint's row id.
-const workflowsQuery = `SELECT w.workflow_id, w.updated_at, w.completed_at, coalesce(a.n, 0), coalesce(a.bytes, 0), l.id
-	FROM workflows w
-	LEFT JOIN LATERAL (SELECT count(*) AS n, sum(c.stored_size) AS bytes FROM checkpoints c WHERE c.workflow_id = w.workflow_id) a ON true
-	LEFT JOIN LATERAL (SELECT c.id FROM checkpoints c WHERE c.workflow_id = w.workflow_id ORDER BY c.seq DESC LIMIT 1) l ON true`
+// workflowCols are the workflows columns of a WorkflowInfo: the row and its kept figures.
+const workflowCols = `w.workflow_id, w.updated_at, w.completed_at, w.ckpt_count, w.stored_bytes, w.latest_seq`
 
-func (s *Store) workflowInfos(ctx context.Context, tx pgx.Tx, where string, args []any, resumableOnly bool) ([]store.WorkflowInfo, error) {
-	var out []store.WorkflowInfo
-	var latest []*int64
-	err := scanRows(ctx, tx, workflowsQuery+where, func(rows pgx.Rows) error {
-		var info store.WorkflowInfo
-		var completed *time.Time
-		var l *int64
-		if err := rows.Scan(&info.WorkflowID, &info.UpdatedAt, &completed, &info.Count, &info.StoredBytes, &l); err != nil {
+type workflowRow struct {
+	info   store.WorkflowInfo
+	latest int64
+}
+
+func scanWorkflow(row pgx.Row) (workflowRow, error) {
+	var r workflowRow
+	var completed *time.Time
+	if err := row.Scan(&r.info.WorkflowID, &r.info.UpdatedAt, &completed, &r.info.Count, &r.info.StoredBytes, &r.latest); err != nil {
+		return r, err
+	}
+	r.info.UpdatedAt = r.info.UpdatedAt.UTC()
+	r.info.Completed = completed != nil
+	r.info.Resumable = r.info.Count > 0 && completed == nil
+	return r, nil
+}
+
+// withLatest reads the newest checkpoint of each row by its kept seq (one statement, probes by
+// key) and returns the infos.
+func withLatest(ctx context.Context, tx pgx.Tx, rs []workflowRow) ([]store.WorkflowInfo, error) {
+	var wfs []string
+	var seqs []int64
+	for _, r := range rs {
+		if r.latest > 0 {
+			wfs, seqs = append(wfs, r.info.WorkflowID), append(seqs, r.latest)
+		}
+	}
+	latest := map[string]store.Summary{}
+	if len(wfs) > 0 {
+		err := scanRows(ctx, tx, `SELECT `+summaryCols+` FROM unnest($1::text[], $2::bigint[]) AS l(wf, seq)
+			JOIN checkpoints c ON c.workflow_id = l.wf AND c.seq = l.seq`, func(rows pgx.Rows) error {
+			var x summaryScan
+			if err := rows.Scan(x.dest()...); err != nil {
+				return err
+			}
+			sm, _ := x.finish() // a bad stored error is reported when the checkpoint is loaded
+			latest[sm.WorkflowID] = sm
+			return nil
+		}, wfs, seqs)
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]store.WorkflowInfo, 0, len(rs))
+	for _, r := range rs {
+		if sm, ok := latest[r.info.WorkflowID]; ok && r.latest > 0 {
+			r.info.Latest = &sm
+		}
+		out = append(out, r.info)
+	}
+	return out, nil
+}
+
+// workflowPageQuery builds the SQL of one page of f after k (nil: the first page), reading
+// Limit+1 rows. Every shape walks partial indexes from the cursor on, stopping at the limit:
+// workflows_claimable (the resumable workflows by update time), workflows_open (the workflows
+// not completed, by id: the resumable ones by id), the primary key (every workflow by id), and
+// for every workflow by update time workflows_claimable and workflows_rest (the others) merged
+// (Merge Append). Claimable probes claims by key at the server's clock. Stored (one page of the
+// largest) reads the whole table: it serves reports only.
+func workflowPageQuery(f store.WorkflowFilter, k *store.WorkflowKey) (string, []any) {
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	limit := arg(f.Limit + 1)
+	desc := `updated_at DESC, workflow_id DESC`
+	if f.Ascending() {
+		desc = `updated_at, workflow_id`
+	}
+	var after string
+	if k != nil {
+		cmp := "<"
+		if f.Ascending() {
+			cmp = ">"
+		}
+		if f.Order == store.OrderID {
+			after = `w.workflow_id ` + cmp + ` ` + arg(k.ID)
+		} else {
+			after = `(w.updated_at, w.workflow_id) ` + cmp + ` (` + arg(k.UpdatedAt) + `::timestamptz, ` + arg(k.ID) + `)`
+		}
+	}
+	page := func(order string, where ...string) string {
+		if after != "" {
+			where = append(where, after)
+		}
+		if f.Claimable {
+			where = append(where, `NOT EXISTS (SELECT 1 FROM claims k WHERE k.workflow_id = w.workflow_id
+				AND k.owner IS NOT NULL AND k.expires_at > (SELECT clock_timestamp()))`)
+		}
+		q := `SELECT ` + workflowCols + ` FROM workflows w`
+		if len(where) > 0 {
+			q += ` WHERE ` + strings.Join(where, ` AND `)
+		}
+		return q + ` ORDER BY ` + order + ` LIMIT ` + limit
+	}
+	const resumable, rest = `w.completed_at IS NULL AND w.ckpt_count > 0`, `(w.completed_at IS NOT NULL OR w.ckpt_count = 0)`
+	switch {
+	case f.Order == store.OrderStored:
+		return page(`w.stored_bytes DESC, w.workflow_id`), args
+	case f.Order == store.OrderID && f.ResumableOnly:
+		return page(`w.workflow_id`, `w.completed_at IS NULL`, `w.ckpt_count > 0`), args
+	case f.Order == store.OrderID:
+		return page(`w.workflow_id`), args
+	case f.ResumableOnly:
+		return page(`w.`+strings.ReplaceAll(desc, ", ", ", w."), resumable), args
+	}
+	// every workflow by update time: the two halves, each at most a page, merged
+	return `(` + page(`w.`+strings.ReplaceAll(desc, ", ", ", w."), resumable) + `) UNION ALL (` +
+		page(`w.`+strings.ReplaceAll(desc, ", ", ", w."), rest) + `) ORDER BY ` + desc + ` LIMIT ` + limit, args
+}
+
+// ListWorkflows summarises one page of workflows (store.WorkflowFilter) from their kept
+// figures: a page costs its rows and one probe each for their newest checkpoint.
+func (s *Store) ListWorkflows(ctx context.Context, f store.WorkflowFilter) (store.WorkflowPage, error) {
+	if err := f.Normalize(); err != nil {
+		return store.WorkflowPage{}, err
+	}
+	k, err := f.DecodeCursor()
+	if err != nil {
+		return store.WorkflowPage{}, err
+	}
+	if k != nil {
+		if err := noNUL("cursor", k.ID); err != nil {
+			return store.WorkflowPage{}, err
+		}
+	}
+	q, args := workflowPageQuery(f, k)
+	var page store.WorkflowPage
+	err = s.readTx(ctx, func(tx pgx.Tx) error {
+		var rs []workflowRow
+		err := scanRows(ctx, tx, q, func(rows pgx.Rows) error {
+			r, err := scanWorkflow(rows)
+			if err != nil {
+				return err
+			}
+			rs = append(rs, r)
+			return nil
+		}, args...)
+		if err != nil {
 			return err
 		}
-		info.UpdatedAt = info.UpdatedAt.UTC()
-		info.Completed = completed != nil
-		info.Resumable = info.Count > 0 && completed == nil
-		if resumableOnly && !info.Resumable {
-			return nil
+		infos, err := withLatest(ctx, tx, rs)
+		if err != nil {
+			return err
 		}
-		out = append(out, info)
-		latest = append(latest, l)
+		page = f.Page(infos)
 		return nil
-	}, args...)
-	if err != nil {
-		return nil, err
-	}
-	var ids []int64
-	for _, l := range latest {
-		if l != nil {
-			ids = append(ids, *l)
-		}
-	}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	sums, err := summariesBy(ctx, tx, "c.id", ids)
-	if err != nil {
-		return nil, err
-	}
-	for i, l := range latest {
-		if l == nil {
-			continue
-		}
-		if sm, ok := sums[*l]; ok {
-			sm := sm
-			if sm.Error != nil && strings.HasPrefix(sm.Error.Message, "(corrupt: ") {
-				sm.Error = nil // a bad stored error is reported when the checkpoint is loaded
-			}
-			out[i].Latest = &sm
-		}
-	}
-	return out, nil
-}
-
-// Workflows summarises every workflow; resumableOnly keeps those with checkpoints that are not
-// completed. Most recently updated first.
-func (s *Store) Workflows(ctx context.Context, resumableOnly bool) ([]store.WorkflowInfo, error) {
-	var out []store.WorkflowInfo
-	err := s.readTx(ctx, func(tx pgx.Tx) (err error) {
-		out, err = s.workflowInfos(ctx, tx, ` ORDER BY w.updated_at DESC, w.workflow_id`, nil, resumableOnly)
-		return err
 	})
 	if err != nil {
-		return nil, wrapDB("list workflows", err)
+		what := "list workflows"
+		if f.Claimable {
+			what = "list claimable workflows"
+		}
+		return store.WorkflowPage{}, wrapDB(what, err)
 	}
-	return out, nil
+	return page, nil
 }
 
-// Workflow summarises one workflow like Workflows does; ErrNotFound if it is unknown.
+// Workflow summarises one workflow from its kept figures; ErrNotFound if it is unknown.
 func (s *Store) Workflow(ctx context.Context, workflowID string) (store.WorkflowInfo, error) {
-	var out []store.WorkflowInfo
-	err := s.readTx(ctx, func(tx pgx.Tx) (err error) {
-		out, err = s.workflowInfos(ctx, tx, ` WHERE w.workflow_id = $1`, []any{workflowID}, false)
-		return err
+	var info store.WorkflowInfo
+	found := false
+	err := s.readTx(ctx, func(tx pgx.Tx) error {
+		r, err := scanWorkflow(tx.QueryRow(ctx, `SELECT `+workflowCols+` FROM workflows w WHERE w.workflow_id = $1`, workflowID))
+		if noRows(err) {
+			found = false
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		infos, err := withLatest(ctx, tx, []workflowRow{r})
+		if err != nil {
+			return err
+		}
+		info, found = infos[0], true
+		return nil
 	})
 	if err != nil {
 		return store.WorkflowInfo{}, wrapDB(fmt.Sprintf("workflow %q", workflowID), err)
 	}
-	if len(out) == 0 {
+	if !found {
 		return store.WorkflowInfo{}, fmt.Errorf("workflow %q: %w", workflowID, store.ErrNotFound)
 	}
-	return out[0], nil
+	return info, nil
 }
 
 // Summaries returns the stored summaries (not verified) of those of ids that exist, by id.
@@ -593,9 +698,10 @@ func readUnverified(ctx context.Context, tx pgx.Tx, checkpointID string) (store.
 // Usage adds up checkpoint sizes and counts workflows by state.
 func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 	var u store.Usage
-	err := s.readRow(ctx, `SELECT (SELECT coalesce(sum(size), 0) FROM checkpoints), (SELECT coalesce(sum(stored_size), 0) FROM checkpoints),
-		(SELECT count(*) FROM workflows w WHERE w.completed_at IS NULL
-			AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.workflow_id = w.workflow_id)),
+	// the kept counters (figures.go); the resumable workflows through their partial index
+	err := s.readRow(ctx, `SELECT (SELECT coalesce(sum(state_bytes), 0)::bigint FROM counters),
+		(SELECT coalesce(sum(checkpoint_stored), 0)::bigint FROM counters),
+		(SELECT count(*) FROM workflows WHERE completed_at IS NULL AND ckpt_count > 0),
 		(SELECT count(*) FROM workflows WHERE completed_at IS NOT NULL)`, nil,
 		&u.StateBytes, &u.CheckpointStored, &u.ResumableWorkflow, &u.CompletedWorkflow)
 	if err != nil {

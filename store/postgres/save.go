@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -137,19 +138,22 @@ func nullBytes(b []byte) any {
 	return b
 }
 
-// saveSQL stores one checkpoint in one statement: the workflow's row hands out the seq (its
-// upsert locks the row until the commit), the state is inserted or counted once more, the
-// checkpoint and its metadata index rows are inserted. A checkpoint id that exists already
-// inserts nothing (ck is empty): the caller rolls the statement back and compares.
-const saveSQL = `WITH wf AS (
-	INSERT INTO workflows AS w (workflow_id, next_seq, created_at, updated_at) VALUES ($1, 2, $2, $2)
-	ON CONFLICT (workflow_id) DO UPDATE SET next_seq = w.next_seq + 1, updated_at = $2, completed_at = NULL
-	RETURNING w.next_seq - 1 AS seq, w.retention
-), st AS (
+// saveSQL stores one checkpoint in one statement: the state is inserted or counted once more,
+// the workflow's row hands out the seq (its upsert locks the row until the commit) and keeps
+// its figures (figures.go), the checkpoint and its metadata index rows are inserted. A
+// checkpoint id that exists already inserts nothing (ck is empty): the caller rolls the
+// statement back and compares.
+const saveSQL = `WITH st AS (
 	INSERT INTO states AS s (hash, encoding, size, stored_size, refs, data)
 	SELECT $3::bytea, $4, $5, $6, 1, $7::bytea WHERE $3::bytea IS NOT NULL
 	ON CONFLICT (hash) DO UPDATE SET refs = s.refs + 1
 	RETURNING s.stored_size, s.refs > 1 AS dedup
+), wf AS (
+	INSERT INTO workflows AS w (workflow_id, next_seq, created_at, updated_at, ckpt_count, stored_bytes, latest_seq)
+	VALUES ($1, 2, $2, $2, 1, coalesce((SELECT stored_size FROM st), 0), 1)
+	ON CONFLICT (workflow_id) DO UPDATE SET next_seq = w.next_seq + 1, updated_at = greatest(w.updated_at, $2), completed_at = NULL,
+		ckpt_count = w.ckpt_count + 1, stored_bytes = w.stored_bytes + excluded.stored_bytes, latest_seq = w.next_seq
+	RETURNING w.next_seq - 1 AS seq, w.retention
 ), ck AS (
 	INSERT INTO checkpoints (checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step, step_name, error,
 		state_type, state_hash, size, stored_size, dedup, completed_count, pending_count, workflow_hash, created_at,
@@ -219,10 +223,11 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	if err := fc.check(); err != nil {
 		return err
 	}
-	if rowid == nil { // the id exists: undo the seq and state count, then compare
+	if rowid == nil { // the id exists: undo the seq, figures and state count, then compare
 		w.queue("ROLLBACK TO SAVEPOINT " + sp)
 		return s.existing(ctx, w, sj)
 	}
+	w.tot.inserted(int64(len(r.State)), *stored, sj.HasState && !*dedup)
 	if r.Manifest != nil {
 		if err := insertManifest(ctx, w, *rowid, r.Manifest); err != nil {
 			return err
@@ -235,7 +240,7 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 
 	ret := s.parseRetention(r.WorkflowID, retJSON)
 	if ret.KeepLast > 0 || ret.MaxAgeSeconds > 0 {
-		pruned, err := s.applyRetention(ctx, w, r.WorkflowID, r.Namespace, ret, now)
+		pruned, more, err := s.applyRetention(ctx, w, r.WorkflowID, r.Namespace, ret, now)
 		if err != nil {
 			return err
 		}
@@ -243,8 +248,45 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 			sj.res.Pruned = pruned
 			s.pruned(w, r.WorkflowID, pruned, "retention")
 		}
+		if more {
+			wf := r.WorkflowID
+			w.after(func() { s.sweepLater(wf) })
+		}
 	}
 	return nil
+}
+
+// saveRetentionCap bounds the checkpoints a save's retention deletes in the save's transaction
+// (a workflow whose retention was just tightened may have thousands to go): the rest is left
+// to a sweep in bites (sweepLater).
+const saveRetentionCap = store.BiteUnits
+
+// sweepLater prunes wf with its own retention in bites, in the background, once: for what a
+// save's retention left (saveRetentionCap).
+func (s *Store) sweepLater(wf string) {
+	s.mu.Lock()
+	if s.closed || s.sweeping[wf] {
+		s.mu.Unlock()
+		return
+	}
+	if s.sweeping == nil {
+		s.sweeping = map[string]bool{}
+	}
+	s.sweeping[wf] = true
+	s.bgWG.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bgWG.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.sweeping, wf)
+			s.mu.Unlock()
+		}()
+		if _, err := s.prune(context.Background(), store.PruneRequest{WorkflowID: wf, OmitIDs: true}, "retention"); err != nil &&
+			!errors.Is(err, store.ErrClosed) {
+			s.log.Warn("ckptd store: retention sweep failed", "workflowId", wf, "err", err)
+		}
+	}()
 }
 
 // pruned announces checkpoints removed from wf, to this process once committed and to others.
@@ -311,15 +353,16 @@ func collectRefs(rows pgx.Rows, err error) ([]ckRef, error) {
 	})
 }
 
-// applyRetention deletes what r selects among (workflow, namespace)'s checkpoints.
-func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r store.Retention, now time.Time) ([]string, error) {
+// applyRetention deletes what r selects among (workflow, namespace)'s checkpoints, the oldest
+// saveRetentionCap of them; more: there are others.
+func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r store.Retention, now time.Time) (_ []string, more bool, _ error) {
 	if r.MaxAgeSeconds <= 0 && r.KeepLast > 0 {
 		return s.applyKeepLast(ctx, w, wf, ns, r)
 	}
 	rows, err := w.query(ctx, `SELECT c.id, c.seq, c.checkpoint_id, c.created_at, `+heldCol+` FROM checkpoints c`+holdsJoin+`
 		WHERE c.workflow_id = $1 AND c.namespace = $2 ORDER BY c.seq`, wf, ns)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var items []store.RetentionItem
 	rowids := map[string]int64{}
@@ -330,7 +373,7 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r sto
 		var h bool
 		if err := rows.Scan(&id, &it.Seq, &it.ID, &it.CreatedAt, &h); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, false, err
 		}
 		items = append(items, it)
 		rowids[it.ID] = id
@@ -340,30 +383,38 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r sto
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var expired []string
 	var refs []ckRef
 	for _, id := range store.SelectExpired(items, r, now) {
 		if !held[id] { // kept for a rollback (saga.go)
+			if len(expired) == saveRetentionCap {
+				more = true
+				break
+			}
 			expired = append(expired, id)
 			refs = append(refs, ckRef{rowids[id], id})
 		}
 	}
 	if _, _, err := deleteCheckpoints(ctx, w, refs); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return expired, nil
+	return expired, more, nil
 }
 
 // applyKeepLast is applyRetention for a keepLast-only policy (the common default): it reads only
-// the checkpoints beyond the newest KeepLast. Same result as store.SelectExpired (less the
-// checkpoints kept for rollbacks).
-func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r store.Retention) ([]string, error) {
-	rows, err := w.query(ctx, `SELECT c.id, c.checkpoint_id, `+heldCol+` FROM (SELECT id, seq, checkpoint_id FROM checkpoints
-		WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq DESC OFFSET $3) c`+holdsJoin+` ORDER BY c.seq DESC`, wf, ns, r.KeepLast)
+// the oldest checkpoints beyond the newest KeepLast, at most saveRetentionCap (and two more: the
+// first one, kept with KeepFirst, and one to tell whether more are left). Same result as
+// store.SelectExpired (less the checkpoints kept for rollbacks), capped.
+func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r store.Retention) (_ []string, more bool, _ error) {
+	limit := saveRetentionCap + 2
+	rows, err := w.query(ctx, `SELECT c.id, c.checkpoint_id, `+heldCol+` FROM checkpoints c`+holdsJoin+`
+		WHERE c.workflow_id = $1 AND c.namespace = $2 AND c.seq < (SELECT seq FROM checkpoints
+			WHERE workflow_id = $1 AND namespace = $2 ORDER BY seq DESC OFFSET $3 LIMIT 1)
+		ORDER BY c.seq LIMIT $4`, wf, ns, r.KeepLast-1, limit)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	type heldRef struct {
 		ckRef
@@ -375,28 +426,33 @@ func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r stor
 		return h, err
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	more = len(all) == limit
 	if r.KeepFirst && len(all) > 0 {
-		all = all[:len(all)-1] // newest first: the last one is the lowest seq
+		all = all[1:] // oldest first: the first one is the group's lowest seq
 	}
 	var refs []ckRef
-	for i := len(all) - 1; i >= 0; i-- { // seq order, like store.SelectExpired
-		if !all[i].held { // kept for a rollback (saga.go)
-			refs = append(refs, all[i].ckRef)
+	for _, h := range all { // seq order, like store.SelectExpired
+		if !h.held { // kept for a rollback (saga.go)
+			if len(refs) == saveRetentionCap {
+				more = true
+				break
+			}
+			refs = append(refs, h.ckRef)
 		}
 	}
 	if len(refs) == 0 {
-		return nil, nil
+		return nil, more, nil
 	}
 	if _, _, err := deleteCheckpoints(ctx, w, refs); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	expired := make([]string, len(refs))
 	for i, r := range refs {
 		expired[i] = r.id
 	}
-	return expired, nil
+	return expired, more, nil
 }
 
 // deleteCheckpoints removes checkpoints with their metadata rows, pending writes, source
@@ -421,11 +477,17 @@ func deleteCheckpoints(ctx context.Context, w *wtx, refs []ckRef) (map[int64]boo
 	b.Queue(`DELETE FROM checkpoint_meta WHERE ckpt = ANY($1)`, rowids)
 	b.Queue(`DELETE FROM writes WHERE checkpoint_id = ANY($1)`, ids)
 	b.Queue(`DELETE FROM drift_manifests WHERE ckpt = ANY($1) RETURNING chunks`, rowids)
-	b.Queue(`WITH d AS (DELETE FROM checkpoints WHERE id = ANY($1) RETURNING id, state_hash),
+	b.Queue(`WITH d AS (DELETE FROM checkpoints WHERE id = ANY($1) RETURNING id, state_hash, workflow_id, seq, size, stored_size),
 		u AS (UPDATE states AS s SET refs = s.refs - x.n
 			FROM (SELECT state_hash, count(*) AS n FROM d WHERE state_hash IS NOT NULL GROUP BY state_hash) AS x
-			WHERE s.hash = x.state_hash)
-		SELECT id FROM d`, rowids)
+			WHERE s.hash = x.state_hash),
+		f AS (UPDATE workflows AS w SET ckpt_count = w.ckpt_count - x.n, stored_bytes = w.stored_bytes - x.bytes,
+			latest_seq = CASE WHEN w.latest_seq <= x.newest
+				THEN coalesce((SELECT max(c.seq) FROM checkpoints c WHERE c.workflow_id = w.workflow_id AND NOT (c.id = ANY($1))), 0)
+				ELSE w.latest_seq END
+			FROM (SELECT workflow_id, count(*) AS n, sum(stored_size) AS bytes, max(seq) AS newest FROM d GROUP BY workflow_id) AS x
+			WHERE w.workflow_id = x.workflow_id)
+		SELECT id, size, stored_size FROM d`, rowids)
 	b.Queue(`DELETE FROM states WHERE refs <= 0 RETURNING stored_size`)
 	br := w.conn.SendBatch(ctx, b)
 	defer br.Close()
@@ -457,12 +519,15 @@ func deleteCheckpoints(ctx context.Context, w *wtx, refs []ckRef) (map[int64]boo
 		return nil, 0, err
 	}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var id, size, stored int64
+		if err := rows.Scan(&id, &size, &stored); err != nil {
 			rows.Close()
 			return nil, 0, err
 		}
 		deleted[id] = true
+		w.tot.checkpoints--
+		w.tot.stateBytes -= size
+		w.tot.ckptStored -= stored
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -480,6 +545,8 @@ func deleteCheckpoints(ctx context.Context, w *wtx, refs []ckRef) (map[int64]boo
 			return nil, 0, err
 		}
 		freed += n
+		w.tot.states--
+		w.tot.statesStored -= n
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

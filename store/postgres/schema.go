@@ -309,6 +309,110 @@ CREATE TABLE lg_config (
 	value text NOT NULL
 );
 `},
+	// Kept figures (store/postgres/figures.go): every workflow's checkpoint count, stored bytes
+	// and newest seq, kept in the transaction of every write that changes them (under the
+	// workflow's lock), and the database's totals in counters, spread over rows ("shards") so
+	// that processes committing at the same time do not queue on one row: a process adds its
+	// changes to a shard of its own, the workflows trigger to the shard of the workflow's id;
+	// the totals are the sum of the shards. workflows.updated_at only goes up. Lists walk
+	// partial indexes, as SQLite's step 9 does: workflows_claimable (the resumable workflows by
+	// update time), workflows_rest (the others by update time; the two merged: every workflow)
+	// and workflows_open (the workflows not completed, by id). Existing databases get their
+	// figures counted here.
+	{"kept figures: per-workflow counts, sizes and newest seq; sharded totals; the listing indexes", `
+ALTER TABLE workflows ADD COLUMN ckpt_count bigint NOT NULL DEFAULT 0,
+	ADD COLUMN stored_bytes bigint NOT NULL DEFAULT 0,  -- sum of its checkpoints' stored_size
+	ADD COLUMN latest_seq bigint NOT NULL DEFAULT 0;    -- its newest checkpoint's seq, 0: none
+
+INSERT INTO workflows (workflow_id, next_seq, created_at, updated_at)
+	SELECT c.workflow_id, max(c.seq) + 1, min(c.created_at), max(c.created_at) FROM checkpoints c
+	WHERE NOT EXISTS (SELECT 1 FROM workflows w WHERE w.workflow_id = c.workflow_id) GROUP BY c.workflow_id;
+UPDATE workflows w SET ckpt_count = x.n, stored_bytes = x.bytes, latest_seq = x.latest
+	FROM (SELECT workflow_id, count(*) AS n, sum(stored_size) AS bytes, max(seq) AS latest
+		FROM checkpoints GROUP BY workflow_id) AS x
+	WHERE x.workflow_id = w.workflow_id;
+
+CREATE TABLE counters (
+	shard             smallint PRIMARY KEY,
+	workflows         bigint NOT NULL DEFAULT 0,  -- rows of workflows (kept by the trigger below)
+	checkpoints       bigint NOT NULL DEFAULT 0,
+	state_bytes       bigint NOT NULL DEFAULT 0,  -- sum of checkpoints.size (states as sent)
+	checkpoint_stored bigint NOT NULL DEFAULT 0,  -- sum of checkpoints.stored_size
+	states            bigint NOT NULL DEFAULT 0,  -- rows of states
+	states_stored     bigint NOT NULL DEFAULT 0   -- sum of states.stored_size
+);
+INSERT INTO counters VALUES (0, (SELECT count(*) FROM workflows), (SELECT count(*) FROM checkpoints),
+	(SELECT coalesce(sum(size), 0) FROM checkpoints), (SELECT coalesce(sum(stored_size), 0) FROM checkpoints),
+	(SELECT count(*) FROM states), (SELECT coalesce(sum(stored_size), 0) FROM states));
+CREATE FUNCTION count_workflows() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		INSERT INTO counters AS k (shard, workflows) VALUES (hashtext(NEW.workflow_id) & 15, 1)
+			ON CONFLICT (shard) DO UPDATE SET workflows = k.workflows + 1;
+	ELSE
+		INSERT INTO counters AS k (shard, workflows) VALUES (hashtext(OLD.workflow_id) & 15, -1)
+			ON CONFLICT (shard) DO UPDATE SET workflows = k.workflows - 1;
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER workflows_counted AFTER INSERT OR DELETE ON workflows FOR EACH ROW EXECUTE FUNCTION count_workflows();
+
+DROP INDEX workflows_claimable;
+CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL AND ckpt_count > 0;
+CREATE INDEX workflows_rest ON workflows (updated_at, workflow_id) WHERE completed_at IS NOT NULL OR ckpt_count = 0;
+CREATE INDEX workflows_open ON workflows (workflow_id) WHERE completed_at IS NULL;
+`},
+	// The LangGraph threads' kept list (store/postgres/lgthreadlist.go; SQLite's step 11): every
+	// thread with any LangGraph row has its row in lg_threads, whose updated_at is its newest
+	// checkpoint's creation time (the epoch: no checkpoint, only writes or values), kept by
+	// triggers on lg_checkpoints, lg_writes and lg_blobs (whatever writes them; every writer of a
+	// thread holds its advisory lock), so that 'ckptd threads' pages through lg_threads_updated
+	// instead of grouping every LangGraph row. A put moves a thread's expiry with its update
+	// time; a thread's row goes with its last LangGraph row, its own retention with it.
+	{"the LangGraph threads' kept list", `
+INSERT INTO lg_threads (thread_id, updated_at)
+	SELECT thread_id, 'epoch'::timestamptz FROM (SELECT thread_id FROM lg_writes UNION SELECT thread_id FROM lg_blobs) AS x
+	ON CONFLICT (thread_id) DO NOTHING;
+DROP INDEX lg_threads_updated;
+CREATE INDEX lg_threads_updated ON lg_threads (updated_at DESC, thread_id);
+CREATE FUNCTION lg_threads_keep() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+	th text;
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		IF TG_TABLE_NAME = 'lg_checkpoints' THEN
+			INSERT INTO lg_threads AS t (thread_id, updated_at) VALUES (NEW.thread_id, NEW.created_at)
+				ON CONFLICT (thread_id) DO UPDATE SET updated_at = greatest(t.updated_at, excluded.updated_at),
+				expires_at = t.expires_at + greatest(interval '0', excluded.updated_at - t.updated_at);
+		ELSE
+			INSERT INTO lg_threads (thread_id, updated_at) VALUES (NEW.thread_id, 'epoch') ON CONFLICT (thread_id) DO NOTHING;
+		END IF;
+		RETURN NULL;
+	END IF;
+	IF TG_OP = 'UPDATE' THEN
+		UPDATE lg_threads SET updated_at = (SELECT max(created_at) FROM lg_checkpoints WHERE thread_id = NEW.thread_id)
+			WHERE thread_id = NEW.thread_id;
+		RETURN NULL;
+	END IF;
+	th := OLD.thread_id;
+	IF TG_TABLE_NAME = 'lg_checkpoints' THEN
+		UPDATE lg_threads SET updated_at = coalesce((SELECT max(created_at) FROM lg_checkpoints WHERE thread_id = th), 'epoch')
+			WHERE thread_id = th AND updated_at = OLD.created_at;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM lg_checkpoints WHERE thread_id = th) AND NOT EXISTS (SELECT 1 FROM lg_writes WHERE thread_id = th)
+		AND NOT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = th) THEN
+		DELETE FROM lg_threads WHERE thread_id = th;
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER lg_threads_put AFTER INSERT ON lg_checkpoints FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+CREATE TRIGGER lg_threads_overwrite AFTER UPDATE OF created_at ON lg_checkpoints FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+CREATE TRIGGER lg_threads_delete AFTER DELETE ON lg_checkpoints FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+CREATE TRIGGER lg_threads_put_write AFTER INSERT ON lg_writes FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+CREATE TRIGGER lg_threads_delete_write AFTER DELETE ON lg_writes FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+CREATE TRIGGER lg_threads_put_value AFTER INSERT ON lg_blobs FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+CREATE TRIGGER lg_threads_delete_value AFTER DELETE ON lg_blobs FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+`},
 }
 
 // SchemaVersion is the version this build migrates databases to.

@@ -105,6 +105,10 @@ type Store struct {
 	// at Close); retaining the (thread, namespace) keys a retention runs on in the background.
 	staged, retaining sync.Map
 	closeErr          error
+	shard             int16        // this process's row of counters (figures.go)
+	bites             *store.Bites // sizes and counts the bites of long maintenance (bites.go)
+	// sweeping holds the workflows whose retention is being swept (sweepLater); under mu.
+	sweeping map[string]bool
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -189,6 +193,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{
 		opts: opts, schema: schema, channel: "ckptd:" + schema, location: loc, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
 		cfg: cfg, origin: uuid.NewString(), wake: make(chan struct{}, 1), stopBG: make(chan struct{}),
+		shard: pickShard(), bites: store.NewBites(opts.Options),
 	}
 	switch {
 	case opts.BlobCacheBytes == 0:

@@ -78,6 +78,7 @@ type wtx struct {
 	conn *pgx.Conn
 	job  *job
 	pre  []queued
+	tot  totals // the job's changes to the counters (figures.go)
 }
 
 type queued struct {
@@ -374,6 +375,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 		slices.Sort(keys)
 		w.queue(lockSQL, slices.Compact(keys))
 	}
+	var batchTotals totals
 	for i, j := range batch {
 		if j.save != nil && j.save.err != nil {
 			j.err = j.save.err
@@ -386,6 +388,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 		sp := fmt.Sprintf("j%d", i)
 		w.queue("SAVEPOINT " + sp)
 		w.job = j
+		w.tot = totals{}
 		var jerr error
 		if j.save != nil {
 			jerr = s.runSave(ctx, w, j.save, sp)
@@ -399,9 +402,12 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			j.err = jerr
 			j.post, j.events = nil, nil
 			w.queue("ROLLBACK TO SAVEPOINT " + sp)
+		} else {
+			batchTotals.add(w.tot)
 		}
 		w.queue("RELEASE SAVEPOINT " + sp)
 	}
+	w.queueTotals(s.shard, batchTotals)
 	var events []event
 	for _, j := range batch {
 		if j.err == nil {

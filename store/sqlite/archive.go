@@ -117,8 +117,13 @@ func (s *Store) Export(ctx context.Context, workflowID string, begin func(store.
 
 var errImportDryRun = errors.New("import dry run")
 
-// Import writes a workflow's checkpoints, as Export produced them, in ONE transaction: if cps
-// yields an error, a checkpoint is invalid or conflicts, or ctx ends, nothing is written.
+// Import writes a workflow's checkpoints, as Export produced them, in bites (store/importing.go):
+// batches of checkpoints are read and prepared (validated, hashed, compressed) outside any
+// transaction, then written in bounded transactions, so that other writers interleave with a
+// large import. If cps yields an error, a checkpoint is invalid or conflicts, or ctx ends, the
+// checkpoints earlier bites wrote are deleted again (and the workflow, if the import created
+// it): nothing is left imported. A crash leaves what committed bites wrote; importing again
+// skips it and writes the rest.
 //
 //   - cps yields checkpoints in strictly increasing Seq order; each keeps its CheckpointID,
 //     CreatedAt, FormatVersion and state. A state whose SHA-256 or size differs from the
@@ -144,143 +149,269 @@ func (s *Store) Import(ctx context.Context, wf store.WorkflowRecord, cps iter.Se
 			return store.ImportResult{}, err
 		}
 	}
-	callerCtx := ctx
-	var res store.ImportResult
-	err := s.do(ctx, func(ctx context.Context, w *wtx) error {
-		res = store.ImportResult{WorkflowID: wf.WorkflowID, DryRun: opts.DryRun}
-		return s.importTx(callerCtx, ctx, w, wf, cps, &res, opts)
-	})
-	if errors.Is(err, errImportDryRun) {
-		return res, nil
+	if s.ws == nil {
+		return store.ImportResult{}, fmt.Errorf("import workflow %q: database schema is older than this ckptd writes", wf.WorkflowID)
 	}
+	im := &importer{s: s, wf: wf, src: cps, opts: opts, now: s.now(), res: store.ImportResult{WorkflowID: wf.WorkflowID, DryRun: opts.DryRun}}
+	err := im.run(ctx)
 	if err != nil {
+		if uerr := im.undo(ctx); uerr != nil {
+			s.log.Error("ckptd store: undoing a failed import failed: run the import again, or delete what it left",
+				"workflowId", wf.WorkflowID, "err", uerr)
+			err = fmt.Errorf("%w (and undoing the %d checkpoints imported before failed: %v)", err, len(im.written), uerr)
+		}
 		var ie *store.InvalidError
 		var ce *store.CorruptError
-		if errors.As(err, &ie) || errors.As(err, &ce) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrTooLarge) {
+		if errors.As(err, &ie) || errors.As(err, &ce) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrTooLarge) ||
+			errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return store.ImportResult{}, fmt.Errorf("import workflow %q: %w", wf.WorkflowID, err)
 		}
 		return store.ImportResult{}, wrapDB(fmt.Sprintf("import workflow %q", wf.WorkflowID), err)
 	}
-	return res, nil
+	return im.res, nil
 }
 
-func (s *Store) importTx(callerCtx, ctx context.Context, w *wtx, wf store.WorkflowRecord, cps iter.Seq2[store.Checkpoint, error],
-	res *store.ImportResult, opts store.ImportOptions) error {
-	if s.ws == nil {
-		return fmt.Errorf("database schema is older than this ckptd writes")
-	}
-	now := s.now()
-	var nextSeq int64
-	err := w.queryRow(ctx, `SELECT next_seq FROM workflows WHERE workflow_id = ?`, wf.WorkflowID).Scan(&nextSeq)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		res.CreatedWorkflow = true
-		var ret, cfg, completed any
-		if wf.Retention != nil {
-			b, err := json.Marshal(wf.Retention)
-			if err != nil {
-				return err
-			}
-			ret = string(b)
-		}
-		if len(wf.Config) > 0 {
-			cfg = string(wf.Config)
-		}
-		if !wf.CompletedAt.IsZero() {
-			completed = wf.CompletedAt.UnixMicro()
-		}
-		created := wf.CreatedAt
-		if created.IsZero() {
-			created = now
-		}
-		if _, err := w.exec(ctx, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at, completed_at,
-			retention, config) VALUES (?, 1, ?, ?, ?, ?, ?)`, wf.WorkflowID, created.UnixMicro(), now.UnixMicro(),
-			completed, ret, cfg); err != nil {
-			return err
-		}
-		nextSeq = 1
-	case err != nil:
-		return err
-	}
-	var maxSeq int64
-	if err := w.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM checkpoints WHERE workflow_id = ?`, wf.WorkflowID).
-		Scan(&maxSeq); err != nil {
-		return err
-	}
+// importer is one Import under way.
+type importer struct {
+	s       *Store
+	wf      store.WorkflowRecord
+	src     iter.Seq2[store.Checkpoint, error]
+	opts    store.ImportOptions
+	now     time.Time
+	res     store.ImportResult
+	maxSeq  int64    // the highest seq assigned so far (dry runs keep nothing in the database)
+	started bool     // the first bite committed (the workflow's row exists, or was seen)
+	written []string // ids written by committed bites (undo)
+	created bool     // the import created the workflow's row
+}
 
-	var lastOriginal int64
-	first := true
-	for cp, err := range cps {
+func (im *importer) run(ctx context.Context) error {
+	rd := store.NewImportReader(im.wf.WorkflowID, im.src)
+	defer rd.Close()
+	for {
+		batch, err := rd.Next(ctx)
 		if err != nil {
 			return err
 		}
-		if err := callerCtx.Err(); err != nil {
+		if len(batch) == 0 && im.started {
+			return nil
+		}
+		jobs := make([]*saveJob, len(batch))
+		for i := range batch {
+			cp := &batch[i]
+			sj := &saveJob{compressNow: true} // a bulk load: nothing waits on each row
+			sj.Req = store.ImportRequest(cp)
+			if err := im.s.prepare(sj); err != nil {
+				return fmt.Errorf("checkpoint %q: %w", cp.CheckpointID, err)
+			}
+			if err := sj.CheckImported(cp); err != nil {
+				return err
+			}
+			jobs[i] = sj
+		}
+		if err := im.write(ctx, batch, jobs); err != nil {
 			return err
 		}
-		if cp.WorkflowID != wf.WorkflowID {
-			return invalid("workflowId", "checkpoint %q belongs to workflow %q, not %q", cp.CheckpointID, cp.WorkflowID, wf.WorkflowID)
+		if len(batch) == 0 {
+			return nil
 		}
-		if cp.CheckpointID == "" {
-			return invalid("checkpointId", "required")
-		}
-		if !first && cp.Seq <= lastOriginal {
-			return invalid("seq", "checkpoint %q: seq %d does not follow %d", cp.CheckpointID, cp.Seq, lastOriginal)
-		}
-		first, lastOriginal = false, cp.Seq
+	}
+}
 
-		sj := &saveJob{compressNow: true} // a bulk load: nothing waits on each row
-		sj.Req = store.ImportRequest(&cp)
-		if err := s.prepare(sj); err != nil {
-			return fmt.Errorf("checkpoint %q: %w", cp.CheckpointID, err)
+// write writes a prepared batch in bites.
+func (im *importer) write(ctx context.Context, batch []store.Checkpoint, jobs []*saveJob) error {
+	s := im.s
+	k := 0 // the next checkpoint of the batch to write
+	var (
+		n       int
+		entries []store.ImportedCheckpoint
+		written []string
+		maxSeq  int64
+		created bool
+	)
+	return s.runBites(ctx, func(ctx context.Context, w *wtx, b *store.Bite) (bool, error) {
+		n, entries, written, maxSeq, created = k, entries[:0], written[:0], im.maxSeq, false
+		fig := w.fig
+		if im.opts.DryRun {
+			if _, err := w.exec(ctx, "SAVEPOINT dryrun"); err != nil {
+				return false, err
+			}
+			w.fig = &figures{}
 		}
-		if err := sj.CheckImported(&cp); err != nil {
-			return err
+		var err error
+		created, maxSeq, err = im.begin(ctx, w, maxSeq)
+		if err != nil {
+			return false, err
 		}
+		for n < len(batch) && !b.Full() {
+			cp, sj := batch[n], jobs[n]
+			entry, err := im.one(ctx, w, cp, sj, &maxSeq)
+			if err != nil {
+				return false, err
+			}
+			entries = append(entries, entry)
+			if entry.Status == store.ImportAdded {
+				written = append(written, cp.CheckpointID)
+			}
+			n++
+			b.Spend(1)
+		}
+		if len(written) > 0 {
+			if _, err := w.exec(ctx, `UPDATE workflows SET next_seq = max(next_seq, ?), updated_at = max(updated_at, ?) WHERE workflow_id = ?`,
+				maxSeq+1, im.now.UnixMicro(), im.wf.WorkflowID); err != nil {
+				return false, err
+			}
+		}
+		if im.opts.DryRun {
+			if _, err := w.exec(ctx, "ROLLBACK TO dryrun"); err != nil {
+				return false, err
+			}
+			if _, err := w.exec(ctx, "RELEASE dryrun"); err != nil {
+				return false, err
+			}
+			w.fig = fig
+		}
+		return n == len(batch), nil
+	}, func() {
+		k = n
+		im.maxSeq = maxSeq
+		if !im.started {
+			im.started = true
+			im.res.CreatedWorkflow = created
+			im.created = created && !im.opts.DryRun
+		}
+		for _, e := range entries {
+			im.res.Checkpoints = append(im.res.Checkpoints, e)
+			switch {
+			case e.Status == store.ImportSkipped:
+				im.res.Skipped++
+			case e.Seq != e.OriginalSeq:
+				im.res.Imported++
+				im.res.Renumbered++
+			default:
+				im.res.Imported++
+			}
+		}
+		if !im.opts.DryRun {
+			im.written = append(im.written, written...)
+		}
+	})
+}
 
-		var exWf string
-		var exHash []byte
-		var exSeq int64
-		err := w.queryRow(ctx, `SELECT workflow_id, content_hash, seq FROM checkpoints WHERE checkpoint_id = ?`,
-			cp.CheckpointID).Scan(&exWf, &exHash, &exSeq)
+// begin creates the workflow's row in the first bite (reporting whether it did) and returns the
+// highest seq the workflow has (or the import assigned).
+func (im *importer) begin(ctx context.Context, w *wtx, maxSeq int64) (created bool, _ int64, _ error) {
+	wf := im.wf
+	if !im.started {
+		var one int
+		err := w.queryRow(ctx, `SELECT 1 FROM workflows WHERE workflow_id = ?`, wf.WorkflowID).Scan(&one)
 		switch {
-		case err == nil:
-			if exWf != wf.WorkflowID {
-				return fmt.Errorf("checkpoint %q already exists in workflow %q: %w", cp.CheckpointID, exWf, store.ErrConflict)
+		case errors.Is(err, sql.ErrNoRows):
+			created = true
+			var ret, cfg, completed any
+			if wf.Retention != nil {
+				b, err := json.Marshal(wf.Retention)
+				if err != nil {
+					return false, 0, err
+				}
+				ret = string(b)
 			}
-			if string(exHash) != string(sj.ContentHash) {
-				return fmt.Errorf("checkpoint %q already exists with different content: %w", cp.CheckpointID, store.ErrConflict)
+			if len(wf.Config) > 0 {
+				cfg = string(wf.Config)
 			}
-			res.Checkpoints = append(res.Checkpoints, store.ImportedCheckpoint{CheckpointID: cp.CheckpointID, Status: store.ImportSkipped,
-				OriginalSeq: cp.Seq, Seq: exSeq})
-			res.Skipped++
-			continue
-		case !errors.Is(err, sql.ErrNoRows):
-			return err
+			if !wf.CompletedAt.IsZero() {
+				completed = wf.CompletedAt.UnixMicro()
+			}
+			createdAt := wf.CreatedAt
+			if createdAt.IsZero() {
+				createdAt = im.now
+			}
+			if _, err := w.exec(ctx, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at, completed_at,
+				retention, config) VALUES (?, 1, ?, ?, ?, ?, ?)`, wf.WorkflowID, createdAt.UnixMicro(), im.now.UnixMicro(),
+				completed, ret, cfg); err != nil {
+				return false, 0, err
+			}
+		case err != nil:
+			return false, 0, err
 		}
+	}
+	var have int64
+	if err := w.queryRow(ctx, `SELECT coalesce(max(seq), 0) FROM checkpoints WHERE workflow_id = ?`, wf.WorkflowID).Scan(&have); err != nil {
+		return false, 0, err
+	}
+	return created, max(have, maxSeq), nil
+}
 
-		seq := cp.Seq
-		if seq <= maxSeq || seq <= 0 {
-			seq = maxSeq + 1
-			res.Renumbered++
+// one writes (or skips) one prepared checkpoint.
+func (im *importer) one(ctx context.Context, w *wtx, cp store.Checkpoint, sj *saveJob, maxSeq *int64) (store.ImportedCheckpoint, error) {
+	var exWf string
+	var exHash []byte
+	var exSeq int64
+	err := w.queryRow(ctx, `SELECT workflow_id, content_hash, seq FROM checkpoints WHERE checkpoint_id = ?`,
+		cp.CheckpointID).Scan(&exWf, &exHash, &exSeq)
+	switch {
+	case err == nil:
+		if exWf != im.wf.WorkflowID {
+			return store.ImportedCheckpoint{}, fmt.Errorf("checkpoint %q already exists in workflow %q: %w", cp.CheckpointID, exWf, store.ErrConflict)
 		}
-		maxSeq = seq
-		if err := s.importInsert(ctx, w, sj, cp, seq, now); err != nil {
-			return fmt.Errorf("checkpoint %q: %w", cp.CheckpointID, err)
+		if string(exHash) != string(sj.ContentHash) {
+			return store.ImportedCheckpoint{}, fmt.Errorf("checkpoint %q already exists with different content: %w", cp.CheckpointID, store.ErrConflict)
 		}
-		res.Checkpoints = append(res.Checkpoints, store.ImportedCheckpoint{CheckpointID: cp.CheckpointID, Status: store.ImportAdded,
-			OriginalSeq: cp.Seq, Seq: seq})
-		res.Imported++
+		return store.ImportedCheckpoint{CheckpointID: cp.CheckpointID, Status: store.ImportSkipped, OriginalSeq: cp.Seq, Seq: exSeq}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return store.ImportedCheckpoint{}, err
 	}
-	if res.Imported > 0 {
-		if _, err := w.exec(ctx, `UPDATE workflows SET next_seq = max(next_seq, ?), updated_at = ? WHERE workflow_id = ?`,
-			maxSeq+1, now.UnixMicro(), wf.WorkflowID); err != nil {
-			return err
+	seq, _ := store.ImportSeq(cp.Seq, *maxSeq)
+	*maxSeq = seq
+	if err := im.s.importInsert(ctx, w, sj, cp, seq, im.now); err != nil {
+		return store.ImportedCheckpoint{}, fmt.Errorf("checkpoint %q: %w", cp.CheckpointID, err)
+	}
+	return store.ImportedCheckpoint{CheckpointID: cp.CheckpointID, Status: store.ImportAdded, OriginalSeq: cp.Seq, Seq: seq}, nil
+}
+
+// undo deletes what committed bites of a failed import wrote, in bites, and the workflow's row
+// if the import created it and nothing else was saved to it meanwhile.
+func (im *importer) undo(ctx context.Context) error {
+	if len(im.written) == 0 && !im.created {
+		return nil
+	}
+	s := im.s
+	ctx = context.WithoutCancel(ctx)
+	k := 0
+	var n int
+	err := s.runBites(ctx, func(ctx context.Context, w *wtx, b *store.Bite) (bool, error) {
+		n = k
+		for n < len(im.written) && !b.Full() {
+			refs, err := w.refs(ctx, `SELECT id, checkpoint_id FROM checkpoints WHERE checkpoint_id = ?`, im.written[n])
+			if err != nil {
+				return false, err
+			}
+			for _, r := range refs {
+				if _, err := s.deleteCheckpoint(ctx, w, r.rowid, r.id); err != nil {
+					return false, err
+				}
+			}
+			n++
+			b.Spend(1)
 		}
+		if n < len(im.written) {
+			return false, nil
+		}
+		if im.created {
+			if err := s.flushWorkflows(ctx, w); err != nil { // ckpt_count as of the deletions above
+				return false, err
+			}
+			if _, err := w.exec(ctx, `DELETE FROM workflows WHERE workflow_id = ?1 AND ckpt_count = 0
+				AND NOT EXISTS (SELECT 1 FROM compensations WHERE workflow_id = ?1)`, im.wf.WorkflowID); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}, func() { k = n })
+	if err == nil {
+		s.vacuumBites(ctx)
 	}
-	if opts.DryRun {
-		return errImportDryRun
-	}
-	return nil
+	return err
 }
 
 // importInsert writes one prepared checkpoint with the given seq and its original creation time,
@@ -307,6 +438,7 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp store.
 		nullBytes(sj.MetaRaw), nullBytes([]byte(r.CompletedTasks)), nullBytes([]byte(r.PendingTasks))).Scan(&rowid); err != nil {
 		return err
 	}
+	w.fig.added(r.WorkflowID, seq, int64(len(r.State)), stored)
 	for _, kv := range sj.Meta {
 		if _, err := ws.insMeta.ExecContext(ctx, kv[0], kv[1], rowid); err != nil {
 			return err

@@ -232,7 +232,7 @@ func BenchmarkReadPath(b *testing.B) {
 		name string
 		f    func() error
 	}{
-		{"workflows-empty", func() error { _, err := empty.Workflows(ctx, false); return err }},
+		{"workflows-empty", func() error { _, err := empty.ListWorkflows(ctx, store.WorkflowFilter{}); return err }},
 		{"load-1KB", func() error { _, err := s.Load(ctx, res.CheckpointID); return err }},
 		{"latest-1KB", func() error { _, err := s.LoadLatest(ctx, "wf", ""); return err }},
 		{"summaries", func() error { _, err := s.Summaries(ctx, []string{res.CheckpointID}); return err }},

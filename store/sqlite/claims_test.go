@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,35 +80,4 @@ func TestClaimTokenGuard(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2), got.Token)
 	require.Equal(t, "a", got.Owner)
-}
-
-// TestClaimableQueryPlan: workflow/list {claimable} walks workflows_claimable in its ORDER BY
-// order and looks claims and checkpoints up by key: no sort, no full scan.
-func TestClaimableQueryPlan(t *testing.T) {
-	s := openTest(t)
-	ctx := context.Background()
-	for i := 0; i < 20; i++ {
-		mustSave(t, s, store.SaveRequest{WorkflowID: "wf-" + string(rune('a'+i))})
-	}
-	_, err := s.Claim(ctx, "wf-a", "w", time.Minute)
-	require.NoError(t, err)
-	rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+claimableQuery, time.Now().UnixMicro(), 5)
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		require.NoError(t, rows.Scan(&id, &parent, &notused, &detail))
-		plan = append(plan, detail)
-	}
-	require.NoError(t, rows.Close())
-	joined := strings.Join(plan, "; ")
-	require.NotContains(t, joined, "TEMP B-TREE", joined)
-	require.Contains(t, joined, "USING INDEX workflows_claimable", joined)
-	require.Contains(t, joined, "SEARCH k USING PRIMARY KEY (workflow_id=?)", joined)
-	for _, step := range plan {
-		if strings.HasPrefix(step, "SCAN") {
-			require.Contains(t, step, "USING", "full scan: %s", joined)
-		}
-	}
 }

@@ -233,8 +233,24 @@ func (s *Store) compactStates(ctx context.Context, hashes [][]byte) error {
 			if n, _ := res.RowsAffected(); n == 0 || c.data == nil {
 				continue
 			}
-			if _, err := w.exec(ctx, `UPDATE checkpoints SET stored_size = ? WHERE state_hash = ? AND stored_size = ?`,
-				len(c.data), c.hash, c.size); err != nil {
+			w.fig.stateResized(c.size, int64(len(c.data)))
+			rows, err := w.query(ctx, `UPDATE checkpoints SET stored_size = ? WHERE state_hash = ? AND stored_size = ? RETURNING workflow_id`,
+				len(c.data), c.hash, c.size)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var wf string
+				if err := rows.Scan(&wf); err != nil {
+					rows.Close()
+					return err
+				}
+				w.fig.restored(wf, c.size, int64(len(c.data)))
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			if err := rows.Err(); err != nil {
 				return err
 			}
 			s.walPending.Add(int64(len(c.data)))

@@ -200,7 +200,7 @@ func TestConcurrentFirstReads(t *testing.T) {
 				case 2:
 					_, err = s.List(ctx, store.ListFilter{WorkflowID: fmt.Sprintf("wf-%d", g%8), Limit: g})
 				case 3:
-					_, err = s.Workflows(ctx, g%2 == 0)
+					_, err = store.AllWorkflows(ctx, s, g%2 == 0)
 				}
 				errs <- err
 			}(g)

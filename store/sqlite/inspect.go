@@ -9,50 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ckptd/ckptd/store"
 )
-
-// Workflow summarises one workflow like Workflows does; ErrNotFound if it is unknown.
-func (s *Store) Workflow(ctx context.Context, workflowID string) (store.WorkflowInfo, error) {
-	var info store.WorkflowInfo
-	err := s.readTx(ctx, func(tx *rtx) error {
-		info = store.WorkflowInfo{WorkflowID: workflowID}
-		var updated int64
-		var completed, latest sql.NullInt64
-		err := tx.QueryRowContext(ctx, `SELECT w.updated_at, w.completed_at,
-			(SELECT count(*) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
-			(SELECT coalesce(sum(c.stored_size), 0) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
-			(SELECT c.id FROM checkpoints c WHERE c.workflow_id = w.workflow_id ORDER BY c.seq DESC LIMIT 1)
-			FROM workflows w WHERE w.workflow_id = ?`, workflowID).
-			Scan(&updated, &completed, &info.Count, &info.StoredBytes, &latest)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("workflow %q: %w", workflowID, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		info.UpdatedAt = time.UnixMicro(updated).UTC()
-		info.Completed = completed.Valid
-		info.Resumable = info.Count > 0 && !completed.Valid
-		if latest.Valid {
-			sm, err := summaryByRowid(ctx, tx, latest.Int64)
-			if err != nil {
-				return err
-			}
-			info.Latest = &sm
-		}
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return store.WorkflowInfo{}, err
-		}
-		return store.WorkflowInfo{}, wrapDB(fmt.Sprintf("workflow %q", workflowID), err)
-	}
-	return info, nil
-}
 
 // Inspect reads checkpointID like Load but reports a failed verification in Corrupt instead of
 // failing, so the checkpoint's metadata can still be shown. ErrNotFound if it does not exist.
@@ -152,18 +111,18 @@ func (s *Store) Usage(ctx context.Context) (store.Usage, error) {
 	var u store.Usage
 	err := s.readTx(ctx, func(tx *rtx) error {
 		u = store.Usage{}
-		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(size), 0), coalesce(sum(stored_size), 0) FROM checkpoints`).
-			Scan(&u.StateBytes, &u.CheckpointStored); err != nil {
+		_, t, err := readCounters(ctx, tx) // kept counters (figures.go)
+		if err != nil {
 			return err
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT
-			(SELECT count(*) FROM workflows w WHERE w.completed_at IS NULL
-				AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.workflow_id = w.workflow_id)),
-			(SELECT count(*) FROM workflows WHERE completed_at IS NOT NULL)`).
-			Scan(&u.ResumableWorkflow, &u.CompletedWorkflow); err != nil {
-			return err
-		}
-		return nil
+		u.StateBytes, u.CheckpointStored = t.stateBytes, t.ckptStored
+		// Counted through the partial indexes (schema step 9): the resumable workflows, and the
+		// completed ones among the rest.
+		return tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM workflows INDEXED BY workflows_claimable
+				WHERE completed_at IS NULL AND ckpt_count > 0),
+			(SELECT count(*) FROM workflows INDEXED BY workflows_rest
+				WHERE (completed_at IS NOT NULL OR ckpt_count = 0) AND completed_at IS NOT NULL)`).
+			Scan(&u.ResumableWorkflow, &u.CompletedWorkflow)
 	})
 	if err != nil {
 		return store.Usage{}, wrapDB("usage", err)

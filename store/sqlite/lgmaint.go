@@ -220,22 +220,26 @@ func lgDeleteValues(ctx context.Context, w *wtx, thread, ns string, keys map[sto
 	return nil
 }
 
-// bites runs step in bounded write transactions until it reports done: each bite calls step
-// with a chunk of store.BiteUnits units, again while the bite has time left (store.Bite).
-func (s *Store) bites(ctx context.Context, op string, step func(ctx context.Context, w *wtx) (done bool, err error)) error {
+// lgBites runs step in bounded write transactions until it reports done: each bite calls step
+// with a chunk of store.BiteUnits units, again while the bite has time left (store.Bite), and counts it (store.Bites).
+func (s *Store) lgBites(ctx context.Context, op string, step func(ctx context.Context, w *wtx) (done bool, err error)) error {
 	for {
 		done := false
 		err := s.lgWait(ctx, op, func(ctx context.Context, w *wtx) error {
-			b := store.NewBite()
+			b := s.bites.Start()
 			for {
 				var err error
-				if done, err = step(ctx, w); err != nil || done || !b.More() {
+				if done, err = step(ctx, w); err != nil || done || b.Spend(store.BiteUnits) {
 					return err
 				}
 			}
 		})
-		if err != nil || done {
+		if err != nil {
 			return err
+		}
+		s.bites.Committed()
+		if done {
+			return nil
 		}
 	}
 }
@@ -262,7 +266,7 @@ func (s *Store) lgPruneNS(ctx context.Context, thread, ns string, plan func(node
 			return deleted, wrapLG("plan a prune", err)
 		}
 		stale := false
-		err = s.bites(ctx, "prune thread "+thread, func(ctx context.Context, w *wtx) (bool, error) {
+		err = s.lgBites(ctx, "prune thread "+thread, func(ctx context.Context, w *wtx) (bool, error) {
 			g, err := wq(ctx, w).generation(thread, ns)
 			if err != nil {
 				return false, err
@@ -347,7 +351,7 @@ func (s *Store) lgCollect(ctx context.Context, thread, ns string) error {
 			return nil
 		}
 		stale := false
-		err = s.bites(ctx, "collect thread "+thread, func(ctx context.Context, w *wtx) (bool, error) {
+		err = s.lgBites(ctx, "collect thread "+thread, func(ctx context.Context, w *wtx) (bool, error) {
 			g, err := wq(ctx, w).generation(thread, ns)
 			if err != nil {
 				return false, err
@@ -434,7 +438,7 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 	n := 0
 	stage := 0
 	gone := false
-	err := s.bites(ctx, "delete thread "+thread, func(ctx context.Context, w *wtx) (bool, error) {
+	err := s.lgBites(ctx, "delete thread "+thread, func(ctx context.Context, w *wtx) (bool, error) {
 		if still != nil {
 			ok, err := still(wq(ctx, w))
 			if err != nil || !ok {
@@ -1123,7 +1127,7 @@ func (s *Store) LGExpireIdle(ctx context.Context) (store.LGSweepResult, error) {
 
 // lgCollectStaged deletes, in bites, staged values stored before before.
 func (s *Store) lgCollectStaged(ctx context.Context, before time.Time) error {
-	return s.bites(ctx, "collect staged values", func(ctx context.Context, w *wtx) (bool, error) {
+	return s.lgBites(ctx, "collect staged values", func(ctx context.Context, w *wtx) (bool, error) {
 		res, err := w.exec(ctx, `DELETE FROM lg_staged WHERE id IN (SELECT id FROM lg_staged INDEXED BY lg_staged_created
 			WHERE created_at < ? LIMIT ?)`, before.UnixMicro(), store.BiteUnits)
 		if err != nil {

@@ -62,7 +62,7 @@ func TestKeepLastFastPath(t *testing.T) {
 		var got []string
 		err := s.do(ctx, func(ctx context.Context, w *wtx) error {
 			var err error
-			got, err = s.applyKeepLast(ctx, w, "w", "", r)
+			got, _, err = s.applyKeepLast(ctx, w, "w", "", r)
 			return err
 		})
 		require.NoError(t, err)

@@ -479,65 +479,6 @@ func summaryByRowid(ctx context.Context, tx *rtx, rowid int64) (store.Summary, e
 	return sm, nil
 }
 
-// Workflows summarises every workflow; resumableOnly keeps those with checkpoints that are not
-// completed. Ordered by most recently updated first.
-func (s *Store) Workflows(ctx context.Context, resumableOnly bool) ([]store.WorkflowInfo, error) {
-	var out []store.WorkflowInfo
-	err := s.readTx(ctx, func(tx *rtx) error {
-		out = nil
-		rows, err := s.query(ctx, tx, `SELECT w.workflow_id, w.updated_at, w.completed_at,
-			(SELECT count(*) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
-			(SELECT coalesce(sum(c.stored_size), 0) FROM checkpoints c WHERE c.workflow_id = w.workflow_id),
-			(SELECT c.id FROM checkpoints c WHERE c.workflow_id = w.workflow_id ORDER BY c.seq DESC LIMIT 1)
-			FROM workflows w ORDER BY w.updated_at DESC, w.workflow_id`)
-		if err != nil {
-			return err
-		}
-		type row struct {
-			info   store.WorkflowInfo
-			latest sql.NullInt64
-		}
-		var rs []row
-		for rows.Next() {
-			var r row
-			var updated int64
-			var completed sql.NullInt64
-			if err := rows.Scan(&r.info.WorkflowID, &updated, &completed, &r.info.Count, &r.info.StoredBytes, &r.latest); err != nil {
-				rows.Close()
-				return err
-			}
-			r.info.UpdatedAt = time.UnixMicro(updated).UTC()
-			r.info.Completed = completed.Valid
-			r.info.Resumable = r.info.Count > 0 && !completed.Valid
-			if resumableOnly && !r.info.Resumable {
-				continue
-			}
-			rs = append(rs, r)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, r := range rs {
-			if r.latest.Valid {
-				sm, err := summaryByRowid(ctx, tx, r.latest.Int64)
-				if err != nil {
-					return err
-				}
-				r.info.Latest = &sm
-			}
-			out = append(out, r.info)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, wrapDB("list workflows", err)
-	}
-	return out, nil
-}
-
 // PutWrites stores pending writes of a task against checkpointID (which must exist in
 // workflowID). idx >= 0: stored once (a repeat is ignored); idx < 0: replaced. stored counts rows
 // inserted or replaced.

@@ -71,7 +71,7 @@ func openReadOnly(ctx context.Context, opts Options, cond store.Condition) (*Sto
 	s := &Store{
 		opts: opts, path: opts.Path, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
 		wake: make(chan struct{}, 1), stopBG: make(chan struct{}), ckptKick: make(chan struct{}, 1),
-		compact: newCompactor(),
+		compact: newCompactor(), bites: store.NewBites(opts.Options),
 	}
 	c := cond
 	s.cond.Store(&c)

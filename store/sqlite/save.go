@@ -99,9 +99,9 @@ func (s *Store) prepare(sj *saveJob) error {
 
 // writeStmts are the writer connection's prepared statements for the save path.
 type writeStmts struct {
-	begin, commit, rollback, savepoint, release, rollbackTo                       *sql.Stmt
-	existing, upsertWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
-	delMeta, delWrites, delCkpt, delState                                         *sql.Stmt
+	begin, commit, rollback, savepoint, release, rollbackTo                                 *sql.Stmt
+	existing, upsertWf, reopenWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
+	delMeta, delWrites, delCkpt, delState                                                   *sql.Stmt
 }
 
 func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
@@ -118,9 +118,16 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 		{&ws.rollbackTo, `ROLLBACK TO job`},
 		{&ws.existing, `SELECT workflow_id, content_hash, seq, created_at, size, stored_size, state_hash, dedup
 			FROM checkpoints WHERE checkpoint_id = ?`},
-		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at) VALUES (?1, 2, ?2, ?2)
-			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = ?2, completed_at = NULL
-			RETURNING next_seq - 1, retention`},
+		// The workflow's row hands out the seq and keeps its figures (figures.go): ?3 the stored
+		// size of the checkpoint being inserted. completed_at is not among the columns it sets
+		// (a completed workflow's is cleared by reopenWf): so workflows_open is not rewritten by
+		// every save (schema step 9).
+		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at, ckpt_count, stored_bytes, latest_seq)
+			VALUES (?1, 2, ?2, ?2, 1, ?3, 1)
+			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = max(updated_at, ?2),
+				ckpt_count = ckpt_count + 1, stored_bytes = stored_bytes + ?3, latest_seq = next_seq
+			RETURNING next_seq - 1, retention, completed_at IS NOT NULL`},
+		{&ws.reopenWf, `UPDATE workflows SET completed_at = NULL WHERE workflow_id = ?`},
 		{&ws.selState, `SELECT stored_size FROM states WHERE hash = ?`},
 		{&ws.insState, `INSERT INTO states(hash, encoding, size, stored_size, data) VALUES (?, ?, ?, ?, ?)`},
 		{&ws.insCkpt, `INSERT INTO checkpoints(checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step,
@@ -130,12 +137,15 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 		{&ws.insMeta, `INSERT INTO checkpoint_meta(key, value, ckpt) VALUES (?, ?, ?)`},
 		{&ws.retItems, `SELECT id, seq, checkpoint_id, created_at FROM checkpoints
 			WHERE workflow_id = ? AND namespace = ? ORDER BY seq`},
-		{&ws.retBeyond, `SELECT id, checkpoint_id FROM checkpoints
-			WHERE workflow_id = ? AND namespace = ? ORDER BY seq DESC LIMIT -1 OFFSET ?`},
+		// the oldest ?4 checkpoints of (workflow, namespace) beyond its newest ?3
+		{&ws.retBeyond, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ?1 AND namespace = ?2
+			AND seq < (SELECT seq FROM checkpoints WHERE workflow_id = ?1 AND namespace = ?2 ORDER BY seq DESC LIMIT 1 OFFSET ?3 - 1)
+			ORDER BY seq LIMIT ?4`},
 		{&ws.delMeta, `DELETE FROM checkpoint_meta WHERE ckpt = ?`},
 		{&ws.delWrites, `DELETE FROM writes WHERE checkpoint_id = ?`},
-		{&ws.delCkpt, `DELETE FROM checkpoints WHERE id = ? RETURNING state_hash`},
-		{&ws.delState, `DELETE FROM states WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE state_hash = ?1)`},
+		{&ws.delCkpt, `DELETE FROM checkpoints WHERE id = ? RETURNING state_hash, workflow_id, seq, size, stored_size`},
+		{&ws.delState, `DELETE FROM states WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE state_hash = ?1)
+			RETURNING stored_size`},
 	} {
 		st, err := c.PrepareContext(ctx, p.q)
 		if err != nil {
@@ -148,7 +158,7 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 }
 
 func (ws *writeStmts) close() {
-	for _, st := range []*sql.Stmt{ws.begin, ws.commit, ws.rollback, ws.savepoint, ws.release, ws.rollbackTo, ws.existing, ws.upsertWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
+	for _, st := range []*sql.Stmt{ws.begin, ws.commit, ws.rollback, ws.savepoint, ws.release, ws.rollbackTo, ws.existing, ws.upsertWf, ws.reopenWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
 		ws.retItems, ws.retBeyond, ws.delMeta, ws.delWrites, ws.delCkpt, ws.delState} {
 		if st != nil {
 			_ = st.Close()
@@ -187,6 +197,7 @@ func (s *Store) storeState(ctx context.Context, w *wtx, sj *saveJob) (stored int
 		return 0, false, err
 	}
 	stored = int64(len(sj.Data))
+	w.fig.stateStored(stored)
 	s.walPending.Add(stored)
 	if sj.Encoding == store.EncRawPending {
 		sha, size := sj.SHA, int64(len(sj.Req.State))
@@ -248,15 +259,22 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 
 	now := s.now()
 	micros := now.UnixMicro()
-	var seq int64
-	var retJSON sql.NullString
-	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros).Scan(&seq, &retJSON); err != nil {
-		return err
-	}
 	stored, dedup, err := s.storeState(ctx, w, sj)
 	if err != nil {
 		return err
 	}
+	var seq int64
+	var retJSON sql.NullString
+	var completed bool
+	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros, stored).Scan(&seq, &retJSON, &completed); err != nil {
+		return err
+	}
+	if completed { // a save makes a completed workflow resumable again
+		if _, err := ws.reopenWf.ExecContext(ctx, r.WorkflowID); err != nil {
+			return err
+		}
+	}
+	w.fig.saved(int64(len(r.State)), stored)
 	var rowid int64
 	if err := ws.insCkpt.QueryRowContext(ctx, sj.ID, r.WorkflowID, r.Namespace, seq, nullStr(r.ParentID), string(r.Phase),
 		r.Step, nullStr(r.StepName), nullBytes(sj.ErrorJSON), string(sj.StateType), nullBytes(sj.SHA), len(r.State), stored,
@@ -284,30 +302,67 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 
 	ret := s.parseRetention(r.WorkflowID, retJSON)
 	if ret.KeepLast > 0 || ret.MaxAgeSeconds > 0 {
-		pruned, err := s.applyRetention(ctx, w, r.WorkflowID, r.Namespace, ret, now)
+		pruned, more, err := s.applyRetention(ctx, w, r.WorkflowID, r.Namespace, ret, now)
 		if err != nil {
 			return err
 		}
+		wf := r.WorkflowID
 		if len(pruned) > 0 {
 			sj.res.Pruned = pruned
-			wf := r.WorkflowID
 			w.after(func() {
 				s.deletes.Add(uint64(len(pruned)))
 				s.notifyPruned(wf, pruned, "retention")
 			})
 		}
+		if more {
+			w.after(func() { s.sweepLater(wf) })
+		}
 	}
 	return nil
 }
 
-// applyRetention deletes what r selects among (workflow, namespace)'s checkpoints.
-func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r store.Retention, now time.Time) ([]string, error) {
+// saveRetentionCap bounds the checkpoints a save's retention deletes in the save's transaction
+// (a workflow whose retention was just tightened may have thousands to go): the rest is left
+// to a sweep in bites (sweepLater).
+const saveRetentionCap = store.BiteUnits
+
+// sweepLater prunes wf with its own retention in bites, in the background, once: for what a
+// save's retention left (saveRetentionCap).
+func (s *Store) sweepLater(wf string) {
+	s.mu.Lock()
+	if s.closed || s.sweeping[wf] {
+		s.mu.Unlock()
+		return
+	}
+	if s.sweeping == nil {
+		s.sweeping = map[string]bool{}
+	}
+	s.sweeping[wf] = true
+	s.bgWG.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bgWG.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.sweeping, wf)
+			s.mu.Unlock()
+		}()
+		if _, err := s.prune(context.Background(), store.PruneRequest{WorkflowID: wf, OmitIDs: true}, "retention"); err != nil &&
+			!errors.Is(err, store.ErrClosed) {
+			s.log.Warn("ckptd store: retention sweep failed", "workflowId", wf, "err", err)
+		}
+	}()
+}
+
+// applyRetention deletes what r selects among (workflow, namespace)'s checkpoints, the oldest
+// saveRetentionCap of them; more: there are others.
+func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r store.Retention, now time.Time) (_ []string, more bool, _ error) {
 	if r.MaxAgeSeconds <= 0 && r.KeepLast > 0 {
 		return s.applyKeepLast(ctx, w, wf, ns, r)
 	}
 	rows, err := s.ws.retItems.QueryContext(ctx, wf, ns)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var items []store.RetentionItem
 	rowids := map[string]int64{}
@@ -316,51 +371,61 @@ func (s *Store) applyRetention(ctx context.Context, w *wtx, wf, ns string, r sto
 		var id, created int64
 		if err := rows.Scan(&id, &it.Seq, &it.ID, &created); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, false, err
 		}
 		it.CreatedAt = time.UnixMicro(created)
 		items = append(items, it)
 		rowids[it.ID] = id
 	}
 	if err := rows.Close(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	expired, err := s.withoutRetentionHolds(ctx, w, wf, ns, store.SelectExpired(items, r, now)) // store/sqlite/saga.go
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if len(expired) > saveRetentionCap {
+		expired, more = expired[:saveRetentionCap], true
 	}
 	for _, id := range expired {
 		if _, err := s.deleteCheckpoint(ctx, w, rowids[id], id); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return expired, nil
+	return expired, more, nil
 }
 
 // applyKeepLast is applyRetention for a keepLast-only policy (the common default): it reads only
-// the checkpoints beyond the newest KeepLast instead of all of them. Same result as SelectExpired.
-func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r store.Retention) ([]string, error) {
-	refs, err := scanRefs(s.ws.retBeyond.QueryContext(ctx, wf, ns, r.KeepLast))
+// the oldest checkpoints beyond the newest KeepLast, at most saveRetentionCap (and two more: the
+// first one, kept with KeepFirst, and one to tell whether more are left). Same result as
+// SelectExpired, capped.
+func (s *Store) applyKeepLast(ctx context.Context, w *wtx, wf, ns string, r store.Retention) (_ []string, more bool, _ error) {
+	limit := saveRetentionCap + 2
+	refs, err := scanRefs(s.ws.retBeyond.QueryContext(ctx, wf, ns, r.KeepLast, limit))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	more = len(refs) == limit
 	if r.KeepFirst && len(refs) > 0 {
-		refs = refs[:len(refs)-1] // newest first: the last one is the lowest seq
+		refs = refs[1:] // oldest first: the first one is the group's lowest seq
 	}
 	if refs, err = s.refsWithoutRetentionHolds(ctx, w, wf, ns, refs); err != nil { // store/sqlite/saga.go
-		return nil, err
+		return nil, false, err
+	}
+	if len(refs) > saveRetentionCap {
+		refs, more = refs[:saveRetentionCap], true
 	}
 	expired := make([]string, 0, len(refs))
-	for i := len(refs) - 1; i >= 0; i-- { // seq order, like store.SelectExpired
-		if _, err := s.deleteCheckpoint(ctx, w, refs[i].rowid, refs[i].id); err != nil {
-			return nil, err
+	for _, ref := range refs { // seq order, like store.SelectExpired
+		if _, err := s.deleteCheckpoint(ctx, w, ref.rowid, ref.id); err != nil {
+			return nil, false, err
 		}
-		expired = append(expired, refs[i].id)
+		expired = append(expired, ref.id)
 	}
-	return expired, nil
+	return expired, more, nil
 }
 
 func scanRefs(rows *sql.Rows, err error) ([]ckRef, error) {
@@ -393,14 +458,21 @@ func (s *Store) deleteCheckpoint(ctx context.Context, w *wtx, rowid int64, check
 		return false, err
 	}
 	var hash []byte
-	if err := ws.delCkpt.QueryRowContext(ctx, rowid).Scan(&hash); err != nil {
+	var wf string
+	var seq, size, stored int64
+	if err := ws.delCkpt.QueryRowContext(ctx, rowid).Scan(&hash, &wf, &seq, &size, &stored); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
 		}
 		return false, err
 	}
+	w.fig.deleted(wf, seq, size, stored)
 	if hash != nil {
-		if _, err := ws.delState.ExecContext(ctx, hash); err != nil {
+		var freed int64
+		switch err := ws.delState.QueryRowContext(ctx, hash).Scan(&freed); {
+		case err == nil:
+			w.fig.stateDeleted(freed)
+		case !errors.Is(err, sql.ErrNoRows):
 			return false, err
 		}
 	}

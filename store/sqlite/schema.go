@@ -324,6 +324,106 @@ CREATE TABLE lg_config (
 	value TEXT NOT NULL
 ) WITHOUT ROWID;
 `,
+	// 10: kept figures (store/sqlite/figures.go): every workflow's checkpoint count, stored bytes and
+	// newest seq, and the database's totals in counters (one row), kept up to date in the
+	// transaction of every write that changes them, so that listing a page of workflows and
+	// stats cost what they return. workflows.updated_at only goes up (a listing by update time
+	// never meets a workflow twice). The listings walk three partial indexes
+	// (store/sqlite/workflows.go), chosen so that a save writes one index page (#18) beside the
+	// row's and the counters': workflows_claimable holds the resumable workflows by update time
+	// (its key changes with every save), workflows_rest the others by update time (a save of a
+	// resumable workflow neither leaves nor enters it), and the two together, merged, every
+	// workflow by update time; both carry the listed columns, so a page reads no row at random.
+	// workflows_open holds the workflows not completed by id (the save clears completed_at only
+	// when it is set, so it is not rewritten either). Existing databases get their figures
+	// counted here.
+	`
+ALTER TABLE workflows ADD COLUMN ckpt_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE workflows ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0;  -- sum of its checkpoints' stored_size
+ALTER TABLE workflows ADD COLUMN latest_seq INTEGER NOT NULL DEFAULT 0;    -- its newest checkpoint's seq, 0: none
+
+INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at)
+	SELECT workflow_id, max(seq) + 1, min(created_at), max(created_at) FROM checkpoints
+	WHERE workflow_id NOT IN (SELECT workflow_id FROM workflows) GROUP BY workflow_id;
+UPDATE workflows SET ckpt_count = x.n, stored_bytes = x.bytes, latest_seq = x.latest
+	FROM (SELECT workflow_id, count(*) AS n, sum(stored_size) AS bytes, max(seq) AS latest
+		FROM checkpoints GROUP BY workflow_id) AS x
+	WHERE x.workflow_id = workflows.workflow_id;
+
+CREATE TABLE counters (
+	id                INTEGER PRIMARY KEY CHECK (id = 1),
+	workflows         INTEGER NOT NULL,  -- rows of workflows (kept by the triggers below)
+	checkpoints       INTEGER NOT NULL,
+	state_bytes       INTEGER NOT NULL,  -- sum of checkpoints.size (states as sent)
+	checkpoint_stored INTEGER NOT NULL,  -- sum of checkpoints.stored_size
+	states            INTEGER NOT NULL,  -- rows of states
+	states_stored     INTEGER NOT NULL   -- sum of states.stored_size
+);
+INSERT INTO counters VALUES (1, (SELECT count(*) FROM workflows), (SELECT count(*) FROM checkpoints),
+	(SELECT coalesce(sum(size), 0) FROM checkpoints), (SELECT coalesce(sum(stored_size), 0) FROM checkpoints),
+	(SELECT count(*) FROM states), (SELECT coalesce(sum(stored_size), 0) FROM states));
+CREATE TRIGGER workflows_counted AFTER INSERT ON workflows BEGIN
+	UPDATE counters SET workflows = workflows + 1 WHERE id = 1;
+END;
+CREATE TRIGGER workflows_uncounted AFTER DELETE ON workflows BEGIN
+	UPDATE counters SET workflows = workflows - 1 WHERE id = 1;
+END;
+
+DROP INDEX workflows_claimable;
+CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq)
+	WHERE completed_at IS NULL AND ckpt_count > 0;
+CREATE INDEX workflows_rest ON workflows(updated_at, workflow_id, completed_at, ckpt_count, stored_bytes, latest_seq)
+	WHERE completed_at IS NOT NULL OR ckpt_count = 0;
+CREATE INDEX workflows_open ON workflows(workflow_id) WHERE completed_at IS NULL;
+`,
+	// 11: the LangGraph threads' kept list (store/sqlite/lgthreadlist.go): every thread with any
+	// LangGraph row has its row in lg_threads (step 9), whose updated_at is its newest checkpoint's
+	// creation time (0: no checkpoint, only writes or values), kept by triggers on lg_checkpoints,
+	// lg_writes and lg_blobs (whatever writes them), so that 'ckptd threads' pages through
+	// lg_threads_updated instead of grouping every LangGraph row. A put moves a thread's expiry
+	// (its own retention's idleTtlSeconds) with its update time; a thread's row goes with its last
+	// LangGraph row, its own retention with it.
+	`
+INSERT OR IGNORE INTO lg_threads(thread_id, updated_at)
+	SELECT thread_id, 0 FROM lg_writes UNION SELECT thread_id, 0 FROM lg_blobs;
+DROP INDEX lg_threads_updated;
+CREATE INDEX lg_threads_updated ON lg_threads(updated_at DESC, thread_id);
+CREATE TRIGGER lg_threads_put AFTER INSERT ON lg_checkpoints BEGIN
+	INSERT INTO lg_threads(thread_id, updated_at) VALUES (NEW.thread_id, NEW.created_at)
+		ON CONFLICT(thread_id) DO UPDATE SET updated_at = max(updated_at, excluded.updated_at),
+		expires_at = CASE WHEN expires_at IS NULL THEN NULL ELSE expires_at + max(0, excluded.updated_at - updated_at) END;
+END;
+CREATE TRIGGER lg_threads_put_write AFTER INSERT ON lg_writes BEGIN
+	INSERT INTO lg_threads(thread_id, updated_at) VALUES (NEW.thread_id, 0) ON CONFLICT(thread_id) DO NOTHING;
+END;
+CREATE TRIGGER lg_threads_put_value AFTER INSERT ON lg_blobs BEGIN
+	INSERT INTO lg_threads(thread_id, updated_at) VALUES (NEW.thread_id, 0) ON CONFLICT(thread_id) DO NOTHING;
+END;
+CREATE TRIGGER lg_threads_overwrite AFTER UPDATE OF created_at ON lg_checkpoints BEGIN
+	UPDATE lg_threads SET updated_at = (SELECT max(created_at) FROM lg_checkpoints WHERE thread_id = NEW.thread_id)
+		WHERE thread_id = NEW.thread_id;
+END;
+CREATE TRIGGER lg_threads_delete AFTER DELETE ON lg_checkpoints BEGIN
+	UPDATE lg_threads SET updated_at = coalesce((SELECT max(created_at) FROM lg_checkpoints WHERE thread_id = OLD.thread_id), 0)
+		WHERE thread_id = OLD.thread_id AND updated_at = OLD.created_at;
+	DELETE FROM lg_threads WHERE thread_id = OLD.thread_id
+		AND NOT EXISTS (SELECT 1 FROM lg_checkpoints WHERE thread_id = OLD.thread_id)
+		AND NOT EXISTS (SELECT 1 FROM lg_writes WHERE thread_id = OLD.thread_id)
+		AND NOT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = OLD.thread_id);
+END;
+CREATE TRIGGER lg_threads_delete_write AFTER DELETE ON lg_writes BEGIN
+	DELETE FROM lg_threads WHERE thread_id = OLD.thread_id
+		AND NOT EXISTS (SELECT 1 FROM lg_checkpoints WHERE thread_id = OLD.thread_id)
+		AND NOT EXISTS (SELECT 1 FROM lg_writes WHERE thread_id = OLD.thread_id)
+		AND NOT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = OLD.thread_id);
+END;
+CREATE TRIGGER lg_threads_delete_value AFTER DELETE ON lg_blobs BEGIN
+	DELETE FROM lg_threads WHERE thread_id = OLD.thread_id
+		AND NOT EXISTS (SELECT 1 FROM lg_checkpoints WHERE thread_id = OLD.thread_id)
+		AND NOT EXISTS (SELECT 1 FROM lg_writes WHERE thread_id = OLD.thread_id)
+		AND NOT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = OLD.thread_id);
+END;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

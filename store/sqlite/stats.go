@@ -18,10 +18,10 @@ func (s *Store) Stats(ctx context.Context) (store.DBStats, error) {
 	if fi, err := os.Stat(s.path); err == nil {
 		st.SizeBytes = fi.Size()
 	}
-	err := s.readTx(ctx, func(tx *rtx) error {
-		return tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM workflows), (SELECT count(*) FROM checkpoints),
-			(SELECT count(*) FROM states), (SELECT coalesce(sum(stored_size), 0) FROM states)`).
-			Scan(&st.Workflows, &st.Checkpoints, &st.States, &st.StatesStoredBytes)
+	err := s.readAuto(ctx, func(tx *rtx) error { // the kept counters (figures.go): one row
+		wfs, t, err := readCounters(ctx, tx)
+		st.Workflows, st.Checkpoints, st.States, st.StatesStoredBytes = int(wfs), int(t.checkpoints), int(t.states), t.statesStored
+		return err
 	})
 	if err != nil {
 		return store.DBStats{}, wrapDB("stats", err)

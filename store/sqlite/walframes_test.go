@@ -89,8 +89,10 @@ func TestWALFramesPerSave(t *testing.T) {
 }
 
 // walFramesCeiling is the most WAL frames a 1 KB save (one workflow, no metadata) may write
-// before TestWALFramesPerSave fails; schema step 8 brought it from ~13 to 8.9.
-const walFramesCeiling = 9.5
+// before TestWALFramesPerSave fails; schema step 8 brought it from ~13 to 8.9. Step 9 (#22) adds
+// the counters row stats reads (1.0 per save): 9.9. Its listing indexes add none (the partial
+// indexes a save of a resumable workflow neither enters nor leaves are not rewritten).
+const walFramesCeiling = 10.0
 
 func measureWALFrames(t testing.TB, keepLast, wfs int, meta bool, n int) (float64, map[string]float64) {
 	ctx := context.Background()

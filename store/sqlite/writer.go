@@ -50,6 +50,7 @@ type wtx struct {
 	s    *Store
 	conn *sql.Conn
 	job  *job
+	fig  *figures // the job's changes to the kept figures (figures.go)
 }
 
 // exec, query and queryRow run q as a prepared statement of the writer connection (wstmt).
@@ -284,6 +285,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 	// A lone job needs no savepoint: on failure the whole transaction is rolled back instead.
 	single := len(batch) == 1
 	w := &wtx{s: s, conn: s.wconn}
+	var batchTotals totals
 	for _, j := range batch {
 		if j.save != nil && j.save.err != nil {
 			j.err = j.save.err
@@ -299,11 +301,18 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			}
 		}
 		w.job = j
+		w.fig = &figures{}
 		var jerr error
 		if j.save != nil {
 			jerr = s.runSave(ctx, w, j.save)
 		} else {
 			jerr = j.fn(ctx, w)
+		}
+		if jerr == nil {
+			jerr = s.flushWorkflows(ctx, w)
+		}
+		if jerr == nil {
+			batchTotals.add(w.fig.totals)
 		}
 		if jerr != nil {
 			if isUnavailable(jerr) {
@@ -326,6 +335,9 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			}
 		}
 	}
+	if err := flushTotals(ctx, w, batchTotals); err != nil {
+		return err
+	}
 	// Before committing: is the file still the one at the database's path? If not, roll back,
 	// so that not even this process reads what it refuses (runBatch checks again after the
 	// commit, for a file that goes away in between).
@@ -339,10 +351,14 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 	return nil
 }
 
+// vacuumNowPages bounds what vacuumNow gives back at once: it holds the write lock meanwhile.
+// More free pages are left to the background (maybeVacuum, in bites).
+const vacuumNowPages = 8 * store.BiteUnits
+
 // vacuumNow returns free pages to the file system and checkpoints the WAL so the file shrinks.
 func (s *Store) vacuumNow(ctx context.Context) {
 	if err := s.retry(ctx, func() error {
-		_, err := s.wconn.ExecContext(ctx, "PRAGMA incremental_vacuum")
+		_, err := s.wconn.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", vacuumNowPages))
 		return err
 	}); err != nil {
 		s.log.Warn("ckptd store: incremental_vacuum failed", "err", err)
@@ -410,10 +426,7 @@ func (s *Store) maybeVacuum() {
 	if free < 256 || free*4 < total {
 		return
 	}
-	_ = s.do(context.Background(), func(ctx context.Context, w *wtx) error {
-		_, err := w.exec(ctx, "PRAGMA incremental_vacuum")
-		return err
-	})
+	s.vacuumBites(context.Background())
 }
 
 // bgContext is a context that ends when the store stops its background work.

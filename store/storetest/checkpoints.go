@@ -554,7 +554,7 @@ func testPrune(t *testing.T, h *harness) {
 	res, err := s.Prune(ctx, store.PruneRequest{OlderThanSeconds: 60})
 	require.NoError(t, err)
 	require.Equal(t, 4+19, res.Deleted)
-	wfs, err := s.Workflows(ctx, false)
+	wfs, err := store.AllWorkflows(ctx, s, false)
 	require.NoError(t, err)
 	for _, w := range wfs {
 		require.Equal(t, 1, w.Count)
@@ -597,7 +597,7 @@ func testCompleteAndWorkflows(t *testing.T, h *harness) {
 	require.Equal(t, []string{"complete:a"}, reasons)
 	mu.Unlock()
 
-	all, err := s.Workflows(ctx, false)
+	all, err := store.AllWorkflows(ctx, s, false)
 	require.NoError(t, err)
 	byID := map[string]store.WorkflowInfo{}
 	for _, w := range all {
@@ -615,7 +615,7 @@ func testCompleteAndWorkflows(t *testing.T, h *harness) {
 	require.Nil(t, byID["empty"].Latest)
 	require.False(t, byID["empty"].Resumable)
 
-	res, err := s.Workflows(ctx, true)
+	res, err := store.AllWorkflows(ctx, s, true)
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.Equal(t, "c", res[0].WorkflowID)
@@ -626,7 +626,7 @@ func testCompleteAndWorkflows(t *testing.T, h *harness) {
 	done, err := s.IsCompleted(ctx, "a")
 	require.NoError(t, err)
 	require.False(t, done)
-	res, err = s.Workflows(ctx, true)
+	res, err = store.AllWorkflows(ctx, s, true)
 	require.NoError(t, err)
 	require.Len(t, res, 2)
 
@@ -676,7 +676,7 @@ func testIdleExpiry(t *testing.T, h *harness) {
 	mu.Lock()
 	require.Equal(t, []string{"idle"}, got)
 	mu.Unlock()
-	wfs, err := s.Workflows(ctx, false)
+	wfs, err := store.AllWorkflows(ctx, s, false)
 	require.NoError(t, err)
 	require.Len(t, wfs, 2)
 
@@ -684,7 +684,7 @@ func testIdleExpiry(t *testing.T, h *harness) {
 	require.NoError(t, s.Close())
 	clock.Advance(time.Hour)
 	s2 := h.reopen(t, s, withClock(clock), withRetention(store.Retention{IdleTTLSeconds: 600}))
-	wfs, err = s2.Workflows(ctx, false)
+	wfs, err = store.AllWorkflows(ctx, s2, false)
 	require.NoError(t, err)
 	require.Empty(t, wfs, "busy expired by its own TTL, forever by the default at open")
 }

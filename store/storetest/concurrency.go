@@ -154,7 +154,7 @@ func testTwoBackendsOneDatabase(t *testing.T, h *harness) {
 		t.Error(err)
 	}
 	for _, s := range stores {
-		wfs, err := s.Workflows(ctx, false)
+		wfs, err := store.AllWorkflows(ctx, s, false)
 		require.NoError(t, err)
 		require.Len(t, wfs, 6)
 	}
@@ -184,7 +184,7 @@ func testConcurrentReads(t *testing.T, h *harness) {
 			case 2:
 				_, err = s.List(ctx, store.ListFilter{WorkflowID: fmt.Sprintf("wf-%d", g%8), Limit: g})
 			case 3:
-				_, err = s.Workflows(ctx, g%2 == 0)
+				_, err = store.AllWorkflows(ctx, s, g%2 == 0)
 			case 4:
 				_, err = s.Save(ctx, store.SaveRequest{WorkflowID: fmt.Sprintf("wf-%d", g%8), State: []byte(`{}`)})
 			}
@@ -228,6 +228,7 @@ func testMigrateOldest(t *testing.T, h *harness) {
 	bad, err := s.Verify(ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, bad)
+	requireFigures(t, s) // counted by the migration
 
 	// later features work on the migrated database; sequences continue
 	r := mustSave(t, s, store.SaveRequest{WorkflowID: "fixture-wf-0", State: []byte(`{}`)})
@@ -247,4 +248,5 @@ func testMigrateOldest(t *testing.T, h *harness) {
 	got, err := s.LGGet(ctx, "thread", "", "")
 	require.NoError(t, err)
 	require.Equal(t, "c1", got.CheckpointID)
+	requireFigures(t, s)
 }

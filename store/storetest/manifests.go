@@ -403,7 +403,7 @@ func testWorkflowSources(t *testing.T, h *harness) {
 	got, err = s.WorkflowSources(ctx, "wf")
 	require.NoError(t, err)
 	require.JSONEq(t, string(spec), string(got))
-	ws, err := s.Workflows(ctx, false)
+	ws, err := store.AllWorkflows(ctx, s, false)
 	require.NoError(t, err)
 	require.Len(t, ws, 1)
 

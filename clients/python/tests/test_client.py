@@ -144,6 +144,65 @@ def test_configure_retention(client: ckptd.Client) -> None:
     assert r["retention"]["keepLast"] == 0 and r["retention"]["keepFirst"] is True
 
 
+def test_workflows_come_in_pages(client: ckptd.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``for wf in client.workflows()`` asks for one page at a time (issue #22); the result still
+    reads as the list earlier versions returned; ``workflow_page`` is one call with its cursor."""
+    for i in range(25):
+        client.save("wf-%02d" % i, {"i": i})
+    calls: List[Dict[str, Any]] = []
+    real = client._request
+
+    def counting(method: str, params: Any, *args: Any, **kwargs: Any) -> Any:
+        if method == "workflow/list":
+            calls.append(dict(params))
+        return real(method, params, *args, **kwargs)
+
+    monkeypatch.setattr(client, "_request", counting)
+    listing = client.workflows(page_size=10)
+    assert calls == []  # nothing asked before iterating
+    it = iter(listing)
+    first = next(it)
+    assert first["workflowId"] == "wf-24" and len(calls) == 1 and calls[0] == {"limit": 10}
+    rest = list(it)
+    assert [w["workflowId"] for w in [first] + rest] == ["wf-%02d" % i for i in reversed(range(25))]
+    assert len(calls) == 3 and calls[1]["cursor"] and calls[2]["cursor"] != calls[1]["cursor"]
+    # list-like, as before: len, indexing, ==, bool (every page, once)
+    calls.clear()
+    by_id = client.workflows(order="id", page_size=7)
+    assert len(by_id) == 25 and by_id[0]["workflowId"] == "wf-00" and by_id[-1]["workflowId"] == "wf-24"
+    assert by_id == list(by_id) and bool(by_id) and len(calls) == 4
+    assert [w["workflowId"] for w in by_id] == ["wf-%02d" % i for i in range(25)]
+    assert len(calls) == 4, "kept once fetched"
+    page = client.workflow_page(limit=20)
+    assert len(page["workflows"]) == 20 and page["cursor"]
+    last = client.workflow_page(limit=20, cursor=page["cursor"])
+    assert len(last["workflows"]) == 5 and "cursor" not in last
+    with pytest.raises(ckptd.InvalidParams) as ei:
+        client.workflow_page(cursor="nope")
+    assert ei.value.data["field"] == "cursor"
+    with pytest.raises(ValueError):
+        client.workflows(order="name")
+    with pytest.raises(ValueError):
+        client.workflow_page(limit=0)
+
+
+def test_async_workflows_come_in_pages(ckptd_bin: str, db_path: str) -> None:
+    import asyncio
+
+    async def main() -> None:
+        async with ckptd.AsyncClient(db=db_path, binary=ckptd_bin, args=["--keep-last", "0"]) as c:
+            for i in range(12):
+                await c.save("a-%02d" % i, i)
+            got = [w["workflowId"] async for w in c.workflows(order="id", page_size=5)]
+            assert got == ["a-%02d" % i for i in range(12)]
+            every = await c.workflows(page_size=5)
+            assert isinstance(every, list) and [w["workflowId"] for w in every] == list(reversed(got))
+            pages = [len(p) async for p in c.workflows(page_size=5).pages()]
+            assert pages == [5, 5, 2]
+
+    asyncio.run(main())
+
+
 def test_complete_and_workflows(client: ckptd.Client) -> None:
     client.save("wf-a", {"a": 1})
     client.save("wf-b", {"b": 1})

@@ -294,6 +294,13 @@ def exercise_client(c: Any, src: Path, handler: Callable[[str, Dict[str, Any]], 
     assert c.configure("wf", keep_last=5, max_age_seconds=86400, keep_first=True, idle_ttl_seconds=86400)["retention"]["keepLast"] == 5
     assert c.configure("wf", retention={"keepLast": 4, "keepFirst": False})["retention"]["keepLast"] == 4
     assert {w["workflowId"] for w in c.workflows(resumable_only=True)} >= {"wf"}
+    c.save("wf-page-1", {"n": 1})
+    c.save("wf-page-2", {"n": 1})
+    ids = [w["workflowId"] for w in c.workflows(order="id", page_size=1)]
+    assert ids == sorted(ids) and {"wf-page-1", "wf-page-2"} <= set(ids)
+    page = c.workflow_page(resumable_only=True, claimable=True, order="id", limit=1)
+    assert len(page["workflows"]) == 1 and page["cursor"]
+    assert c.workflow_page(resumable_only=True, claimable=True, order="id", limit=1, cursor=page["cursor"])["workflows"]
     assert c.prune("wf", keep_last=1, older_than_seconds=3600, dry_run=True)["dryRun"] is True
     assert c.complete("wf-empty", preserve=True)["workflowId"] == "wf-empty"
     assert c.delete(checkpoint_id="c2")["deleted"] == 1
@@ -414,6 +421,13 @@ def test_async_client_and_workflow_send_only_known_params(
             await c.configure("wf", keep_last=5, max_age_seconds=60, keep_first=True, idle_ttl_seconds=60)
             await c.configure("wf", retention={"idleTtlSeconds": 0})
             assert await c.workflows(resumable_only=True)
+            await c.save("wf-page-1", 1)
+            await c.save("wf-page-2", 1)
+            ids = [w["workflowId"] async for w in c.workflows(order="id", page_size=1)]
+            assert ids == sorted(ids) and {"wf-page-1", "wf-page-2"} <= set(ids)
+            page = await c.workflow_page(resumable_only=True, claimable=True, order="id", limit=1)
+            assert len(page["workflows"]) == 1 and page["cursor"]
+            assert (await c.workflow_page(resumable_only=True, claimable=True, order="id", limit=1, cursor=page["cursor"]))["workflows"]
             await c.prune("wf", keep_last=2, older_than_seconds=3600, dry_run=True)
             await c.complete("wf", preserve=True)
             k = await c.claim_workflow("wf-claim", "wire", 30)

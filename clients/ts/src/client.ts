@@ -65,6 +65,7 @@ import type {
   WorkflowListResult,
 } from "./types.js";
 import { Workflow, type WorkflowOptions } from "./workflow.js";
+import { WorkflowListing } from "./listing.js";
 
 /** How much of the daemon's stderr is kept for error reports. */
 export const STDERR_TAIL_BYTES = 64 * 1024;
@@ -802,9 +803,14 @@ export class Client extends EventEmitter<ClientEvents> {
     return this.request<CompleteResult>("workflow/complete", params, options);
   }
 
-  /** `workflow/list`. */
-  workflows(params: WorkflowListParams = {}, options?: CallOptions): Promise<WorkflowListResult> {
-    return this.request<WorkflowListResult>("workflow/list", params, options);
+  /**
+   * `workflow/list`, page by page: `for await (const wf of client.workflows())` asks for one page
+   * at a time (`limit` per page, default 1000). Awaited, it answers `{ workflows }` holding every
+   * workflow (it follows the cursors), as before paging; given `limit` or `cursor`, that one
+   * page, with `cursor` when more follow. See {@link WorkflowListing}.
+   */
+  workflows(params: WorkflowListParams = {}, options?: CallOptions): WorkflowListing {
+    return new WorkflowListing((p) => this.request<WorkflowListResult>("workflow/list", p, options), params);
   }
 
   /** `writes/put`: pending writes of a task. `Uint8Array` values are sent as `valueBase64`. */

@@ -360,6 +360,12 @@ export interface WorkflowListParams {
   resumableOnly?: boolean;
   /** Only resumable workflows whose claim is free (never claimed, released, lease run out), oldest first. */
   claimable?: boolean;
+  /** Page size: 1-10000 (default 1000). */
+  limit?: number;
+  /** Continue a listing: the `cursor` of the previous page (opaque). */
+  cursor?: string;
+  /** `"updated"`: most recently updated first (the default); `"id"`: by workflowId. Claimable lists come oldest first unless `"id"`. */
+  order?: "updated" | "id";
 }
 
 export interface WorkflowInfo {
@@ -375,6 +381,8 @@ export interface WorkflowInfo {
 
 export interface WorkflowListResult {
   workflows: WorkflowInfo[];
+  /** Present when more workflows follow: pass it as `cursor` for the next page. */
+  cursor?: string;
   [key: string]: unknown;
 }
 

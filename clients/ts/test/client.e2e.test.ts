@@ -196,6 +196,43 @@ describe("ckptd client end to end", () => {
     assert.equal((await client.complete({ workflowId: "gone-wf" })).deleted, 1);
   });
 
+  it("lists workflows page by page (workflow/list limit, cursor, order)", async () => {
+    for (let i = 0; i < 23; i++) await client.save({ workflowId: `pg-${String(i).padStart(2, "0")}`, state: i });
+    const sent: Array<Record<string, unknown>> = [];
+    const request = client.request.bind(client);
+    const spy = (method: string, params?: unknown, options?: unknown) => {
+      if (method === "workflow/list") sent.push({ ...(params as Record<string, unknown>) });
+      return (request as (m: string, p?: unknown, o?: unknown) => Promise<unknown>)(method, params, options);
+    };
+    (client as unknown as { request: typeof spy }).request = spy;
+    try {
+      const ids: string[] = [];
+      for await (const w of client.workflows({ order: "id", limit: 10 })) if (w.workflowId.startsWith("pg-")) ids.push(w.workflowId);
+      assert.deepEqual(ids, Array.from({ length: 23 }, (_, i) => `pg-${String(i).padStart(2, "0")}`));
+      assert.ok(sent.length >= 3, "one request per page");
+      assert.equal(sent[0]!.cursor, undefined);
+      assert.equal(typeof sent[1]!.cursor, "string");
+      // awaited without limit or cursor: every workflow, as before paging
+      const all = await client.workflows();
+      assert.ok(all.workflows.filter((w) => w.workflowId.startsWith("pg-")).length === 23);
+      assert.equal(all.cursor, undefined);
+      // one page, with its cursor
+      const first = await client.workflows({ limit: 5 });
+      assert.equal(first.workflows.length, 5);
+      assert.equal(first.workflows[0]!.workflowId, "pg-22", "most recently updated first");
+      assert.ok(first.cursor);
+      const second = await client.workflows({ limit: 5, cursor: first.cursor });
+      assert.equal(second.workflows[0]!.workflowId, "pg-17");
+      const pages: number[] = [];
+      for await (const p of client.workflows({ limit: 20 }).pages()) pages.push(p.workflows.length);
+      assert.ok(pages.length >= 2 && pages[0] === 20);
+      await assert.rejects(client.workflows({ cursor: "nope" }), (e: unknown) => e instanceof InvalidParamsError);
+      await assert.rejects(client.workflows({ limit: 0 }).then(() => undefined), InvalidParamsError);
+    } finally {
+      (client as unknown as { request: typeof request }).request = request;
+    }
+  });
+
   it("puts pending writes and returns them on load", async () => {
     const cp = await client.save({ workflowId: "writes-wf", state: { x: 1 } });
     const r = await client.putWrites({

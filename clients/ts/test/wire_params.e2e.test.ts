@@ -107,7 +107,7 @@ const clientOptions: Record<ClientMethod, Options> = {
   prune: { arg: 0, keys: names<PruneParams>({ workflowId: true, keepLast: true, olderThanSeconds: true, dryRun: true }) },
   configure: { arg: 0, keys: names<ConfigureParams>({ workflowId: true, retention: true, sources: true, validation: true, compensation: true }) },
   complete: { arg: 0, keys: names<CompleteParams>({ workflowId: true, preserve: true, fencingToken: true }) },
-  workflows: { arg: 0, keys: names<WorkflowListParams>({ resumableOnly: true, claimable: true }) },
+  workflows: { arg: 0, keys: names<WorkflowListParams>({ resumableOnly: true, claimable: true, limit: true, cursor: true, order: true }) },
   putWrites: {
     arg: 0,
     keys: names<PutWritesParams>({ workflowId: true, namespace: true, checkpointId: true, taskId: true, taskPath: true, writes: true, fencingToken: true }),
@@ -389,6 +389,15 @@ describe("the client sends only params the daemon knows", () => {
     assert.equal((await c.configure({ workflowId: "wf", retention, sources: spec })).retention.keepLast, 5);
     await c.configure({ workflowId: "wf", sources: null });
     assert.ok((await c.workflows({ resumableOnly: true })).workflows.some((w) => w.workflowId === "wf"));
+    await c.save({ workflowId: "wf-page-1", state: 1 });
+    await c.save({ workflowId: "wf-page-2", state: 1 });
+    const ids: string[] = [];
+    for await (const w of c.workflows({ order: "id", limit: 1 })) ids.push(w.workflowId);
+    assert.deepEqual(ids, [...ids].sort());
+    const page = await c.workflows({ resumableOnly: true, claimable: true, order: "id", limit: 1 });
+    assert.equal(page.workflows.length, 1);
+    assert.ok(page.cursor);
+    assert.equal((await c.workflows({ claimable: true, order: "id", limit: 1, cursor: page.cursor })).workflows.length, 1);
     assert.equal((await c.prune({ workflowId: "wf", keepLast: 1, olderThanSeconds: 3600, dryRun: true })).dryRun, true);
     await c.save({ workflowId: "wf-empty" });
     assert.equal((await c.complete({ workflowId: "wf-empty", preserve: true })).workflowId, "wf-empty");

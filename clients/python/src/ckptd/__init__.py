@@ -14,10 +14,11 @@ from ._common import (
     CompensationAction,
     ProtocolVersionWarning,
     ResumePlan,
+    Workflows,
     __version__,
     find_binary,
 )
-from .aio import AsyncClient, AsyncStep, AsyncWorkflow
+from .aio import AsyncClient, AsyncStep, AsyncWorkflow, AsyncWorkflows
 from .claim import AsyncClaim, Claim
 from .client import Client
 from .errors import (
@@ -53,6 +54,8 @@ __all__ = [
     "Step",
     "AsyncWorkflow",
     "AsyncStep",
+    "Workflows",
+    "AsyncWorkflows",
     "Claim",
     "AsyncClaim",
     "Checkpoint",

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BinaryNotFound, InvalidParams, TooLarge
 
@@ -633,6 +633,94 @@ class ResumePlan(Checkpoint):
 def _short_repr(v: Any) -> str:
     r = repr(v)
     return r if len(r) <= 80 else r[:77] + "..."
+
+
+#: workflow/list orders: ``"updated"`` (most recently updated first, the default) or ``"id"``.
+WORKFLOW_ORDERS = ("updated", "id")
+
+
+def workflow_list_params(resumable_only: bool, claimable: bool, order: Optional[str], limit: Optional[int],
+                         cursor: Optional[str]) -> Dict[str, Any]:
+    """workflow/list's params; only the options given are sent."""
+    params: Dict[str, Any] = {}
+    if resumable_only:
+        params["resumableOnly"] = True
+    if claimable:
+        params["claimable"] = True
+    if order is not None:
+        if order not in WORKFLOW_ORDERS:
+            raise ValueError("order must be 'updated' or 'id', not %r" % (order,))
+        params["order"] = order
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
+            raise ValueError("limit (page size) must be an int between 1 and 10000, not %r" % (limit,))
+        params["limit"] = limit
+    if cursor is not None:
+        params["cursor"] = cursor
+    return params
+
+
+def page_cursor(result: Any) -> Optional[str]:
+    """The cursor of a workflow/list page when more follow, else None."""
+    if isinstance(result, dict):
+        c = result.get("cursor")
+        if isinstance(c, str) and c:
+            return c
+    return None
+
+
+class Workflows:
+    """The workflows of a ``workflow/list`` listing, fetched page by page (``Client.workflows``).
+
+    Iterating (``for wf in client.workflows(): ...``) asks the daemon for one page at a time, so a
+    database of any size costs the memory of one page. It still reads like the list earlier
+    versions returned: ``len()``, indexing, ``==`` with a list and ``list()`` fetch every page
+    (once, then kept). ``pages()`` yields the pages themselves (lists of workflow infos).
+    """
+
+    def __init__(self, fetch: Callable[[Optional[str]], Any]) -> None:
+        self._fetch = fetch
+        self._all: Optional[List[Dict[str, Any]]] = None
+
+    def pages(self) -> Iterator[List[Dict[str, Any]]]:
+        cursor: Optional[str] = None
+        while True:
+            result = self._fetch(cursor)
+            yield list_result(result, "workflows")
+            cursor = page_cursor(result)
+            if cursor is None:
+                return
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        if self._all is not None:
+            return iter(self._all)
+        return (wf for page in self.pages() for wf in page)
+
+    def _load(self) -> List[Dict[str, Any]]:
+        if self._all is None:
+            self._all = [wf for page in self.pages() for wf in page]
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._load()[i]
+
+    def __bool__(self) -> bool:
+        if self._all is not None:
+            return bool(self._all)
+        return any(True for _ in self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Workflows):
+            other = other._load()
+        return self._load() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Workflows(%r)" % (self._load(),)
 
 
 def list_result(result: Any, key: str) -> List[Dict[str, Any]]:

@@ -129,6 +129,35 @@ def _finish_gen(gen: Any) -> None:
         pass
 
 
+class AsyncWorkflows:
+    """The workflows of a ``workflow/list`` listing for asyncio (``AsyncClient.workflows``):
+    ``async for`` fetches one page at a time; awaiting it returns every workflow as a list (every
+    page); ``pages()`` yields the pages."""
+
+    def __init__(self, fetch: Any) -> None:
+        self._fetch = fetch
+
+    async def pages(self) -> AsyncIterator[List[Dict[str, Any]]]:
+        cursor: Optional[str] = None
+        while True:
+            result = await self._fetch(cursor)
+            yield C.list_result(result, "workflows")
+            cursor = C.page_cursor(result)
+            if cursor is None:
+                return
+
+    async def __aiter__(self) -> AsyncIterator[Dict[str, Any]]:
+        async for page in self.pages():
+            for wf in page:
+                yield wf
+
+    async def _all(self) -> List[Dict[str, Any]]:
+        return [wf async for wf in self]
+
+    def __await__(self) -> Any:
+        return self._all().__await__()
+
+
 class AsyncClient:
     """Spawns ``ckptd`` and talks JSON-RPC to it from asyncio.
 
@@ -1083,14 +1112,27 @@ class AsyncClient:
         result, _ = await self._request("workflow/complete", params)
         return result  # type: ignore[no-any-return]
 
-    async def workflows(self, *, resumable_only: bool = False, claimable: bool = False) -> List[Dict[str, Any]]:
-        params: Dict[str, Any] = {}
-        if resumable_only:
-            params["resumableOnly"] = True
-        if claimable:
-            params["claimable"] = True
-        result, _ = await self._request("workflow/list", params)
-        return C.list_result(result, "workflows")
+    def workflows(self, *, resumable_only: bool = False, claimable: bool = False, order: Optional[str] = None,
+                  page_size: Optional[int] = None) -> "AsyncWorkflows":
+        """``workflow/list``, page by page: ``async for wf in client.workflows(): ...`` fetches one
+        page (``page_size``, default 1000) at a time; ``await client.workflows()`` returns the list
+        of every workflow (every page). ``order`` as ``Client.workflows``."""
+        base = C.workflow_list_params(resumable_only, claimable, order, page_size, None)
+
+        async def fetch(cursor: Optional[str]) -> Any:
+            params = dict(base)
+            if cursor is not None:
+                params["cursor"] = cursor
+            result, _ = await self._request("workflow/list", params)
+            return result
+
+        return AsyncWorkflows(fetch)
+
+    async def workflow_page(self, *, resumable_only: bool = False, claimable: bool = False, order: Optional[str] = None,
+                            limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
+        """One ``workflow/list`` call: ``{workflows, cursor?}`` (as ``Client.workflow_page``)."""
+        result, _ = await self._request("workflow/list", C.workflow_list_params(resumable_only, claimable, order, limit, cursor))
+        return result  # type: ignore[no-any-return]
 
     async def put_writes(
         self,

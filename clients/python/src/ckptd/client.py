@@ -1060,15 +1060,30 @@ class Client:
         result, _ = self._request("workflow/complete", params)
         return result  # type: ignore[no-any-return]
 
-    def workflows(self, *, resumable_only: bool = False, claimable: bool = False) -> List[Dict[str, Any]]:
-        """``workflow/list``: ``[{workflowId, count, latest, resumable, completed, updatedAt, storedBytes}]``."""
-        params: Dict[str, Any] = {}
-        if resumable_only:
-            params["resumableOnly"] = True
-        if claimable:
-            params["claimable"] = True
-        result, _ = self._request("workflow/list", params)
-        return C.list_result(result, "workflows")
+    def workflows(self, *, resumable_only: bool = False, claimable: bool = False, order: Optional[str] = None,
+                  page_size: Optional[int] = None) -> C.Workflows:
+        """``workflow/list``, page by page: ``for wf in client.workflows(): ...`` yields
+        ``{workflowId, count, latest, resumable, completed, updatedAt, storedBytes}`` one page
+        (``page_size``, default 1000) at a time. ``order``: ``"updated"`` (newest first, the
+        default) or ``"id"``; claimable workflows come oldest first unless ``"id"``. The result
+        also reads as a list (``len``, indexing, ``==``), fetching every page."""
+        base = C.workflow_list_params(resumable_only, claimable, order, page_size, None)
+
+        def fetch(cursor: Optional[str]) -> Any:
+            params = dict(base)
+            if cursor is not None:
+                params["cursor"] = cursor
+            result, _ = self._request("workflow/list", params)
+            return result
+
+        return C.Workflows(fetch)
+
+    def workflow_page(self, *, resumable_only: bool = False, claimable: bool = False, order: Optional[str] = None,
+                      limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
+        """One ``workflow/list`` call: ``{workflows, cursor?}``; ``cursor`` is present when more
+        follow (pass it back for the next page). ``limit``: 1-10000 (default 1000)."""
+        result, _ = self._request("workflow/list", C.workflow_list_params(resumable_only, claimable, order, limit, cursor))
+        return result  # type: ignore[no-any-return]
 
     def put_writes(
         self,
