@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 // What a save becomes before a backend writes it: validated, hashed, compressed, with its
@@ -37,6 +39,11 @@ type SavePolicy struct {
 	// background compactor instead of compressing them now.
 	Defer bool
 	Log   *slog.Logger
+	// Chunk stores states larger than chunk.InlineMax as chunks (PreparedSave.Chunked).
+	Chunk bool
+	// Base, if set, returns the value a state of (workflowID, namespace) is probably an edit
+	// of (StateCache.Last), or nil: the state is then cut only around the change.
+	Base func(workflowID, namespace string) *ValueBase
 }
 
 // PreparedSave is a SaveRequest made ready to store.
@@ -56,6 +63,9 @@ type PreparedSave struct {
 	ContentHash []byte      // idempotency digest over every saved field (not the manifest)
 	// ValidationJSON is Req.Validation's stored record (EncodeValidation), nil without one.
 	ValidationJSON []byte
+	// Chunked is the state cut into chunks when it is stored chunked (Encoding EncChunked, Data
+	// its index); nil otherwise.
+	Chunked *ChunkedValue
 }
 
 // Prepare validates req and fills p. An invalid request gives an *InvalidError (or a
@@ -155,7 +165,15 @@ func (p *PreparedSave) Prepare(req SaveRequest, pol *SavePolicy) error {
 		if threshold < 0 {
 			threshold = len(r.State)
 		}
-		if len(r.State) > threshold && len(r.State) <= DeferCompressMax && pol.Defer {
+		if pol.Chunk && !chunk.Inline(len(r.State)) {
+			var base *ValueBase
+			if pol.Base != nil {
+				base = pol.Base(r.WorkflowID, r.Namespace)
+			}
+			p.Chunked = NewChunkedValue(r.State, base, pol.Codec, len(r.State) > threshold)
+			p.SHA = p.Chunked.SHA256()
+			p.Data, p.Encoding = p.Chunked.IndexData(), EncChunked
+		} else if len(r.State) > threshold && len(r.State) <= DeferCompressMax && pol.Defer {
 			// Stored raw now, compressed by the compactor once the writer is idle.
 			sum := sha256.Sum256(r.State)
 			p.SHA = sum[:]

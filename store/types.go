@@ -55,8 +55,12 @@ type Options struct {
 	// BlobCacheBytes sizes the in-memory cache of LangGraph channel values: 0 means
 	// DefaultBlobCacheBytes, < 0 none.
 	BlobCacheBytes int64
-	Logger         *slog.Logger
-	Now            func() time.Time // default time.Now
+	// StateCacheBytes sizes the in-memory cache of each workflow's last state (StateCache), the
+	// base of the next save's chunking and of wire deltas: 0 means DefaultStateCacheBytes, < 0
+	// none.
+	StateCacheBytes int64
+	Logger          *slog.Logger
+	Now             func() time.Time // default time.Now
 }
 
 // Phase is where in a step a checkpoint was taken.

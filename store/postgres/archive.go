@@ -270,7 +270,7 @@ const importSQL = `WITH st AS (
 	INSERT INTO checkpoint_meta (key, value, ckpt)
 	SELECT m.k, m.v, ck.id FROM ck, unnest($24::text[], $25::text[]) AS m(k, v)
 )
-SELECT id FROM ck`
+SELECT ck.id, coalesce((SELECT dedup FROM st), false) FROM ck`
 
 // importInsert writes one prepared checkpoint with the given seq and its original creation
 // time, its pending writes and its manifest.
@@ -284,8 +284,14 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp store.
 		format = store.FormatVersion
 	}
 	var rowid int64
-	if err := w.queryRow(ctx, importSQL, append(insertArgs(sj, created, format), seq)...).Scan(&rowid); err != nil {
+	var dedup bool
+	if err := w.queryRow(ctx, importSQL, append(insertArgs(sj, created, format), seq)...).Scan(&rowid, &dedup); err != nil {
 		return err
+	}
+	if sj.Chunked != nil && !dedup {
+		if _, err := storeChunked(ctx, w, sj, rowid); err != nil {
+			return err
+		}
 	}
 	for _, wr := range cp.PendingWrites {
 		if wr.TaskID == "" || wr.Channel == "" {
@@ -295,12 +301,11 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp store.
 			"pendingWrites.type", wr.Type); err != nil {
 			return err
 		}
-		w.queue(`INSERT INTO writes (checkpoint_id, task_id, idx, workflow_id, namespace, channel, type, task_path, is_bytes, value)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (checkpoint_id, task_id, idx) DO UPDATE SET
-			workflow_id = excluded.workflow_id, namespace = excluded.namespace, channel = excluded.channel, type = excluded.type,
-			task_path = excluded.task_path, is_bytes = excluded.is_bytes, value = excluded.value`,
-			sj.ID, wr.TaskID, wr.Idx, sj.Req.WorkflowID, sj.Req.Namespace, wr.Channel, nullStr(wr.Type), wr.TaskPath, wr.IsBytes,
-			nullBytes(wr.Value))
+	}
+	for _, pw := range s.prepareWrites(cp.PendingWrites) {
+		if _, err := s.putWrite(ctx, w, sj.ID, sj.Req.WorkflowID, sj.Req.Namespace, pw, true); err != nil {
+			return err
+		}
 	}
 	if cp.Manifest == nil {
 		return w.flush(ctx)

@@ -254,6 +254,27 @@ CREATE TABLE claims (
 );
 CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL;
 `},
+	// Chunked values (docs/storage.md "Chunked values", store/postgres/chunks.go): states and
+	// pending-write values larger than chunk.InlineMax are stored as content-defined chunks,
+	// each once, shared by every value listing it; a value's row keeps the addresses of its runs
+	// (encoding 4). Older builds must not read such rows (encoding 4 would be corrupt to them).
+	{"chunked values: chunks and runs shared by states and pending writes, with reference counts", `
+CREATE TABLE chunks (
+	address  bytea PRIMARY KEY,   -- SHA-256 of the raw bytes
+	refs     bigint NOT NULL,     -- listings in stored runs; the row goes at 0
+	encoding smallint NOT NULL,   -- store.EncRaw or EncZstd
+	size     bigint NOT NULL,     -- raw size
+	data     bytea NOT NULL
+) WITH (fillfactor = 80);         -- room for HOT updates of refs
+ALTER TABLE chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE chunk_runs (
+	address bytea PRIMARY KEY,    -- SHA-256 of data (chunk.EncodeRun)
+	refs    bigint NOT NULL,      -- listings in value indexes; the row goes at 0
+	data    bytea NOT NULL
+) WITH (fillfactor = 80);
+ALTER TABLE writes ADD COLUMN encoding smallint NOT NULL DEFAULT 0,  -- 0: value holds the bytes; 4: chunked
+	ADD COLUMN size bigint, ADD COLUMN sha256 bytea;                  -- of a chunked value
+`},
 }
 
 // SchemaVersion is the version this build migrates databases to.

@@ -129,7 +129,14 @@ func (s *Store) deleteWorkflow(ctx context.Context, w *wtx, workflowID string, d
 		return nil, err
 	}
 	// writes whose checkpoint is already gone (defensive: PutWrites requires the checkpoint)
-	w.queue(`DELETE FROM writes WHERE workflow_id = $1`, workflowID)
+	var indexes [][]byte
+	if err := collectIndexes(w.query(ctx, `DELETE FROM writes WHERE workflow_id = $1
+		RETURNING CASE WHEN encoding = 4 THEN value END`, workflowID))(&indexes); err != nil {
+		return nil, err
+	}
+	if _, err := s.releaseIndexes(ctx, w, indexes); err != nil {
+		return nil, err
+	}
 	queueDeleteSagaRows(w, workflowID) // saga.go
 	if dropRow {
 		w.queue(`DELETE FROM workflows WHERE workflow_id = $1`, workflowID)

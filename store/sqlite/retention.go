@@ -164,7 +164,8 @@ func (s *Store) deleteWorkflow(ctx context.Context, w *wtx, workflowID string, d
 		return nil, err
 	}
 	// writes whose checkpoint is already gone (defensive: PutWrites requires the checkpoint)
-	if _, err := w.exec(ctx, `DELETE FROM writes WHERE workflow_id = ?`, workflowID); err != nil {
+	if err := w.releaseRows(w.query(ctx, `DELETE FROM writes WHERE workflow_id = ? RETURNING CASE WHEN encoding = 4 THEN value END`,
+		workflowID)); err != nil {
 		return nil, err
 	}
 	if err := deleteSagaRows(ctx, w, workflowID); err != nil { // store/sqlite/saga.go
@@ -303,6 +304,9 @@ func (s *Store) Prune(ctx context.Context, req store.PruneRequest) (store.PruneR
 					res.IDs[g.wf] = append(res.IDs[g.wf], id)
 				}
 			}
+		}
+		if err := s.flushReleases(ctx, w); err != nil { // the chunks the deletions free count too
+			return err
 		}
 		var freeAfter, pageSize int64
 		if err := w.queryRow(ctx, "PRAGMA freelist_count").Scan(&freeAfter); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 // job is one unit of work for the writer goroutine: a save or a generic mutation.
@@ -50,6 +51,7 @@ type wtx struct {
 	s    *Store
 	conn *sql.Conn
 	job  *job
+	rel  chunk.Tally // runs of chunked values the job removed, counted down when it ends (chunks.go)
 }
 
 // exec, query and queryRow run q as a prepared statement of the writer connection (wstmt).
@@ -295,13 +297,17 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 				return err
 			}
 		}
-		w.job = j
+		w.job, w.rel = j, nil
 		var jerr error
 		if j.save != nil {
 			jerr = s.runSave(ctx, w, j.save)
 		} else {
 			jerr = j.fn(ctx, w)
 		}
+		if jerr == nil {
+			jerr = s.flushReleases(ctx, w) // in the job's savepoint: undone with it
+		}
+		w.rel = nil
 		if jerr != nil {
 			if isUnavailable(jerr) {
 				return jerr // storage trouble: the whole batch fails (or is retried when busy)
