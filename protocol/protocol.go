@@ -114,6 +114,19 @@ type SaveParams struct {
 	FencingToken *int64 `json:"fencingToken"`
 	// Validation is the step's score of its result, classified against the workflow's rules.
 	Validation *ValidationParams `json:"validation"`
+	// StateDelta says the attachment holds only the middle of the state: the rest is kept from
+	// the state of another checkpoint (docs/protocol.md, "Wire deltas").
+	StateDelta *StateDelta `json:"stateDelta"`
+}
+
+// StateDelta is checkpoint/save's stateDelta: the state is the base checkpoint's state with
+// its first keepPrefix and last keepSuffix bytes kept and the attachment in between; sha256 is
+// the hex SHA-256 of the result.
+type StateDelta struct {
+	BaseCheckpointID *string `json:"baseCheckpointId"`
+	KeepPrefix       *int64  `json:"keepPrefix"`
+	KeepSuffix       *int64  `json:"keepSuffix"`
+	SHA256           *string `json:"sha256"`
 }
 
 // SaveResult answers checkpoint/save.
@@ -397,6 +410,9 @@ type Counters struct {
 	BytesOut          int64 `json:"bytesOut"`
 	Deduplicated      int64 `json:"deduplicated"`
 	Pruned            int64 `json:"pruned"`
+	// DeltaSaves counts the saves sent as a wire delta (stateDelta); their BytesIn are the
+	// middle bytes sent, not the state rebuilt.
+	DeltaSaves int64 `json:"deltaSaves"`
 }
 
 // DBStats describes the database.

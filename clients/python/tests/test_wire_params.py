@@ -276,6 +276,12 @@ def exercise_client(c: Any, src: Path, handler: Callable[[str, Dict[str, Any]], 
     )
     c.save("wf", b'{"n":3}', checkpoint_id="c3", step=3, state_type="json", sources=[str(src)])
     c.save("wf-empty")
+    # a state that grows: the second save goes as a wire delta (stateDelta)
+    grown = {"messages": ["message %d %s" % (i, "x" * 60) for i in range(200)]}
+    c.save("wf-delta", grown, checkpoint_id="d1")
+    grown["messages"].append("one more")
+    c.save("wf-delta", grown, checkpoint_id="d2")
+    assert c.stats()["counters"]["deltaSaves"] >= 1
     c.remove_notification_handler(handler)
     assert c.load(checkpoint_id="c1").state == {"n": 1}
     assert c.load(workflow_id="wf", namespace="").checkpoint_id == "c3"
@@ -396,6 +402,11 @@ def test_async_client_and_workflow_send_only_known_params(
                          error={"message": "boom", "retryable": False}, state_type="bytes",
                          sources={"root": str(src), "include": ["*.py"], "exclude": ["x"], "gitignore": True})
             await c.save("wf", b"[3]", checkpoint_id="c3", step=3, state_type="json", sources=[str(src)])
+            grown = {"messages": ["message %d %s" % (i, "x" * 60) for i in range(200)]}
+            await c.save("wf-delta", grown, checkpoint_id="d1")
+            grown["messages"].append("one more")
+            await c.save("wf-delta", grown, checkpoint_id="d2")
+            assert (await c.stats())["counters"]["deltaSaves"] >= 1
             c.remove_notification_handler(handler)
             assert (await c.load(checkpoint_id="c1")).state == {"n": 1}
             assert (await c.load(workflow_id="wf", namespace="")).checkpoint_id == "c3"

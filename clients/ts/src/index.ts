@@ -19,6 +19,8 @@ export type { CallOptions, ClientEvents, ClientOptions, ExitInfo, NotificationsO
 export { Workflow, StepInterruptedError, RollbackFailedError } from "./workflow.js";
 export type { ErrorClass, LayerParams, RollbackHandler, RollbackOptions, RollbackOutcome, StepContext, StepOptions, WorkflowOptions } from "./workflow.js";
 export { Claim, defaultOwner } from "./claim.js";
+export { DeltaMemory, computeDelta, deltaPays, DELTA_MIN_BYTES } from "./delta.js";
+export type { StateDelta } from "./delta.js";
 export type { ClaimOptions } from "./claim.js";
 export {
   BinaryNotFoundError,

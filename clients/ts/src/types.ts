@@ -568,6 +568,8 @@ export interface StatsResult {
     bytesOut: number;
     deduplicated: number;
     pruned: number;
+    /** Saves sent as a wire delta; their `bytesIn` count the middle sent, not the state rebuilt. */
+    deltaSaves: number;
     [key: string]: number;
   };
   /** `save`/`load`: store time; every other key is a method name (e.g. `"lg/put"`). */
