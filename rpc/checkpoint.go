@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -287,6 +288,7 @@ func (s *Server) saveParams(ctx context.Context, c *call, validation **engine.Va
 			if req.State, perr = s.applyDelta(ctx, d, c.attachment); perr != nil {
 				return req, perr
 			}
+			req.StateSHA256, _ = hex.DecodeString(d.SHA256) // what the rebuilt state was checked against
 			c.delta = true
 		}
 		switch p.StateType {

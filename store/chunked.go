@@ -51,11 +51,21 @@ type ValueBase struct {
 // an edit of. The chunks not in base are compressed now, on the caller's goroutine (in
 // parallel when there are many); the others only if a backend finds them missing (Packed).
 func NewChunkedValue(v []byte, base *ValueBase, codec *Codec, compress bool) *ChunkedValue {
+	return newChunkedValue(v, nil, base, codec, compress)
+}
+
+// newChunkedValue is NewChunkedValue with v's SHA-256 already known when sum is not nil.
+func newChunkedValue(v []byte, sum *[32]byte, base *ValueBase, codec *Codec, compress bool) *ChunkedValue {
 	var recipe chunk.Recipe
 	var cs []chunk.Chunk
-	if base != nil && base.Recipe != nil {
+	switch {
+	case base != nil && base.Recipe != nil && sum != nil:
+		recipe, cs = chunk.SplitFromSum(base.Value, *base.Recipe, v, *sum)
+	case base != nil && base.Recipe != nil:
 		recipe, cs = chunk.SplitFrom(base.Value, *base.Recipe, v)
-	} else {
+	case sum != nil:
+		recipe, cs = chunk.SplitSum(v, *sum)
+	default:
 		recipe, cs = chunk.Split(v)
 	}
 	idx, runs := recipe.Runs()

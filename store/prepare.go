@@ -170,7 +170,11 @@ func (p *PreparedSave) Prepare(req SaveRequest, pol *SavePolicy) error {
 			if pol.Base != nil {
 				base = pol.Base(r.WorkflowID, r.Namespace)
 			}
-			p.Chunked = NewChunkedValue(r.State, base, pol.Codec, len(r.State) > threshold)
+			var sum *[32]byte
+			if len(r.StateSHA256) == sha256.Size {
+				sum = (*[32]byte)(r.StateSHA256)
+			}
+			p.Chunked = newChunkedValue(r.State, sum, base, pol.Codec, len(r.State) > threshold)
 			p.SHA = p.Chunked.SHA256()
 			p.Data, p.Encoding = p.Chunked.IndexData(), EncChunked
 		} else if len(r.State) > threshold && len(r.State) <= DeferCompressMax && pol.Defer {

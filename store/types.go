@@ -127,6 +127,10 @@ type SaveRequest struct {
 	// FencingToken is the token of the writer's claim on the workflow (Claims), 0 for none:
 	// checked by CheckFence in the save's transaction. Not part of the idempotency digest.
 	FencingToken int64
+	// StateSHA256, if set (32 bytes), is State's SHA-256 as the caller computed it already (the
+	// daemon, rebuilding a wire delta, checked it): a chunked state is not hashed again. It is
+	// trusted: a wrong value stores a state that never verifies.
+	StateSHA256 []byte
 }
 
 // SaveResult is what a committed save reports.

@@ -195,9 +195,9 @@ func TestRecover(t *testing.T) {
 		dir := t.TempDir()
 		broken := filepath.Join(dir, "broken.db")
 		copyFile(t, fixture, broken)
-		wreckPage(t, broken, "PAGE-05-MARKER", 1) // a state
-		wreckPage(t, broken, "ROWNAME-30-", 2)    // checkpoint rows (named by the indexes)
-		wreckPage(t, broken, "LGVALUE-A-2-", 3)   // a channel value of thread-a's second checkpoint
+		wreckPage(t, broken, "PAGE-05-MARKER", 1)                     // a state
+		wreckPage(t, broken, "ROWNAME-30-", 2)                        // checkpoint rows (named by the indexes)
+		wreckPage(t, broken, "LGVALUE-A-2-", 3)                       // a channel value of thread-a's second checkpoint
 		wreckChunk(t, broken, firstChunk(t, wantCPs, "wf-chunks"), 4) // a chunk every wf-chunks state lists
 		before, err := os.ReadFile(broken)
 		require.NoError(t, err)

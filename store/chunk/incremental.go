@@ -19,16 +19,23 @@ import (
 // The result is identical to Split(next) (TestSplitFromMatchesSplit); a baseRecipe that does
 // not describe base (wrong size) makes it fall back to Split. The chunks' Data alias next.
 func SplitFrom(base []byte, baseRecipe Recipe, next []byte) (Recipe, []Chunk) {
+	return SplitFromSum(base, baseRecipe, next, sha256.Sum256(next))
+}
+
+// SplitFromSum is SplitFrom for a caller that has just computed next's SHA-256 itself (sum):
+// the recipe records sum without hashing next again. A wrong sum makes a recipe whose value
+// never verifies.
+func SplitFromSum(base []byte, baseRecipe Recipe, next []byte, sum [32]byte) (Recipe, []Chunk) {
 	if baseRecipe.Size != int64(len(base)) || len(base) == 0 || len(next) == 0 {
-		return Split(next)
+		return SplitSum(next, sum)
 	}
 	prefix := commonPrefix(base, next)
 	suffix := commonSuffix(base[prefix:], next[prefix:])
 	if prefix == 0 && suffix == 0 {
-		return Split(next)
+		return SplitSum(next, sum)
 	}
 	refs := baseRecipe.Chunks
-	out := Recipe{Size: int64(len(next)), SHA256: sha256.Sum256(next), Chunks: make([]Ref, 0, len(refs)+4)}
+	out := Recipe{Size: int64(len(next)), SHA256: sum, Chunks: make([]Ref, 0, len(refs)+4)}
 	chunks := make([]Chunk, 0, len(refs)+4)
 	add := func(ref Ref, start int) {
 		out.Chunks = append(out.Chunks, ref)
