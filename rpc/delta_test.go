@@ -109,3 +109,37 @@ func TestSaveStateDelta(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, n, 2, "no refused delta stored anything")
 }
+
+// stats reports the database's footprint, and a workflow's when asked; an unknown one is -32001.
+func TestStatsFootprint(t *testing.T) {
+	c := newSrvConn(t, Options{}, nil)
+	w := testgen.NewWorkload(5, 64<<10)
+	for i := 0; i < 5; i++ {
+		c.sendAsync(saveFrame(i+1, map[string]any{"workflowId": "wf", "stateAttachment": true}, w.State()))
+		require.Nil(t, c.next().Error)
+		w.Advance()
+	}
+	c.sendAsync(reqFrame(10, "stats", map[string]any{"workflowId": "wf"}))
+	r := c.next()
+	require.Nil(t, r.Error, "%+v", r.Error)
+	var res protocol.StatsResult
+	require.NoError(t, json.Unmarshal(r.Result, &res))
+	require.NotNil(t, res.DB.Storage)
+	require.NotNil(t, res.Workflow)
+	require.Equal(t, "wf", res.Workflow.WorkflowID)
+	require.Equal(t, res.DB.Storage.LogicalBytes, res.Workflow.LogicalBytes)
+	require.Equal(t, res.DB.Storage.StoredBytes, res.Workflow.StoredBytes)
+	require.Greater(t, res.Workflow.Ratio, 3.0)
+	require.Positive(t, res.DB.Storage.Chunks)
+	require.Nil(t, res.Thread)
+	for i, p := range []map[string]any{{"workflowId": "nope"}, {"threadId": "nope"}} {
+		c.sendAsync(reqFrame(20+i, "stats", p))
+		r := c.next()
+		require.NotNil(t, r.Error)
+		require.Equal(t, -32001, r.Error.Code)
+	}
+	c.sendAsync(reqFrame(30, "stats", map[string]any{"workflowID": "wf"}))
+	r = c.next()
+	require.NotNil(t, r.Error)
+	require.Equal(t, -32602, r.Error.Code)
+}

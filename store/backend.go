@@ -174,6 +174,9 @@ type Maintenance interface {
 	Stats(ctx context.Context) (DBStats, error)
 	// Usage adds up checkpoint sizes and counts workflows by state.
 	Usage(ctx context.Context) (Usage, error)
+	// Footprints reports the logical and stored bytes (Footprint) of the database and of the
+	// workflows and LangGraph threads req names, from one snapshot.
+	Footprints(ctx context.Context, req FootprintRequest) (FootprintReport, error)
 	// Health reports the backend's own figures and settings.
 	Health(ctx context.Context) (Health, error)
 	// Condition reports whether the backend still accepts writes, and if not why (the database

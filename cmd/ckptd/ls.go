@@ -14,12 +14,16 @@ import (
 const lsUsage = `usage: ckptd ls [WORKFLOW] [flags]
 
 Without WORKFLOW: every workflow, most recently updated first (checkpoints, latest phase and
-step, last update, whether it can be resumed, stored size). RESUMABLE is what 'ckptd plan
+step, last update, whether it can be resumed, its values' size as saved (LOGICAL), the bytes
+stored for them (STORED: shared chunks counted in full) and the ratio). RESUMABLE is what 'ckptd plan
 WORKFLOW' answers without a workflow hash or source drift: "yes", or "no (why)" (completed,
 corrupt checkpoint, failed and not retryable, ...); LATEST says CORRUPT when the latest
 checkpoint fails verification. With WORKFLOW: its checkpoints, newest first, with the status of
-the validation saved with each (a VALIDATION column, when any has one); --validation keeps those
-of one status. --json prints the same objects as workflow/list and checkpoint/list.
+the validation saved with each (a VALIDATION column, when any has one; STORED is what each save
+added), then the workflow's bytes as saved and stored (chunks it shares with other workflows
+counted in full); --validation keeps those of one status.
+--json prints the same objects as workflow/list (plus footprint: {logicalBytes, storedBytes,
+ratio}) and checkpoint/list.
 
 examples:
   ckptd ls
@@ -69,15 +73,44 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	})
 }
 
+// lsWorkflowJSON is a workflow of ls --json: workflow/list's object plus its footprint.
+type lsWorkflowJSON struct {
+	protocol.WorkflowInfo
+	Footprint protocol.Footprint `json:"footprint"`
+}
+
+// footprintOf renders a store footprint.
+func footprintOf(f store.Footprint) protocol.Footprint {
+	return protocol.Footprint{LogicalBytes: f.LogicalBytes, StoredBytes: f.StoredBytes, Ratio: f.Ratio()}
+}
+
+// fmtRatio renders logical / stored as "132x" ("-" when nothing is stored).
+func fmtRatio(f store.Footprint) string {
+	r := f.Ratio()
+	switch {
+	case r == 0:
+		return "-"
+	case r >= 10:
+		return fmt.Sprintf("%.0fx", r)
+	}
+	return fmt.Sprintf("%.1fx", r)
+}
+
 func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, asJSON bool) error {
 	ws, err := st.Workflows(ctx, resumableOnly)
 	if err != nil {
 		return err
 	}
+	fp, err := st.Footprints(ctx, store.FootprintRequest{AllWorkflows: true})
+	if err != nil {
+		return err
+	}
 	if asJSON {
-		out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws))}
+		out := struct {
+			Workflows []lsWorkflowJSON `json:"workflows"`
+		}{Workflows: make([]lsWorkflowJSON, 0, len(ws))}
 		for _, w := range ws {
-			out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
+			out.Workflows = append(out.Workflows, lsWorkflowJSON{engine.WorkflowInfoOf(w), footprintOf(fp.Workflows[w.WorkflowID])})
 		}
 		return printJSON(e.stdout, out)
 	}
@@ -93,15 +126,16 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly, a
 		if resumableOnly && resumable != "yes" {
 			continue
 		}
-		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, latest, fmtTime(w.UpdatedAt),
-			resumable, fmtBytes(w.StoredBytes)))
+		f := fp.Workflows[w.WorkflowID]
+		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, latest, fmtTime(w.UpdatedAt),
+			resumable, fmtBytes(f.LogicalBytes), fmtBytes(f.StoredBytes), fmtRatio(f)))
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(e.stderr, "no resumable workflows")
 		return nil
 	}
 	tw := newTable(e.stdout)
-	fmt.Fprintln(tw, "WORKFLOW\tCHECKPOINTS\tLATEST\tUPDATED\tRESUMABLE\tSTORED")
+	fmt.Fprintln(tw, "WORKFLOW\tCHECKPOINTS\tLATEST\tUPDATED\tRESUMABLE\tLOGICAL\tSTORED\tRATIO")
 	for _, r := range rows {
 		fmt.Fprint(tw, r)
 	}
@@ -163,7 +197,19 @@ func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns 
 		}
 		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if ns != nil || validation != "" || limit > 0 {
+		return nil // the footprint is the whole workflow's: shown with the whole list only
+	}
+	fp, err := st.Footprints(ctx, store.FootprintRequest{Workflows: []string{wf}})
+	if err != nil {
+		return err
+	}
+	f := fp.Workflows[wf]
+	fmt.Fprintf(e.stdout, "\n%s as saved, %s stored (%s)\n", fmtBytes(f.LogicalBytes), fmtBytes(f.StoredBytes), fmtRatio(f))
+	return nil
 }
 
 // lsResumable is a workflow's LATEST and RESUMABLE cells: RESUMABLE is what ckptd plan WORKFLOW

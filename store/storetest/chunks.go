@@ -31,6 +31,7 @@ func init() {
 		testCase{"ChunkCorruption", testChunkCorruption},
 		testCase{"ChunkedWrites", testChunkedWrites},
 		testCase{"ChunkProcesses", testChunkProcesses},
+		testCase{"Footprints", testFootprints},
 	)
 }
 
@@ -503,4 +504,73 @@ func testChunkProcesses(t *testing.T, h *harness) {
 	loadEach(t, a, kept, "process a")
 	loadEach(t, b, kept, "process b")
 	verifyClean(t, a, "after the processes")
+}
+
+// testFootprints: logical bytes are what was saved (every checkpoint's state, every pending-write
+// value, every LangGraph row); stored bytes are what is stored, a workflow's counting the chunks
+// it shares in full and the total counting every byte once.
+func testFootprints(t *testing.T, h *harness) {
+	s := h.db(t)
+	ctx := context.Background()
+	all := store.FootprintRequest{AllWorkflows: true, AllThreads: true}
+	rep, err := s.Footprints(ctx, all)
+	require.NoError(t, err)
+	require.Equal(t, store.Footprint{}, rep.Total)
+	require.Empty(t, rep.Workflows)
+
+	w := testgen.NewWorkload(11, 128<<10)
+	var logicalA int64
+	var last store.SaveResult
+	for i := 0; i < 10; i++ {
+		v := w.State()
+		logicalA += int64(len(v))
+		last = mustSave(t, s, store.SaveRequest{WorkflowID: "a", State: v})
+		w.Advance()
+	}
+	big := testgen.New(3).Bytes(20 << 10)
+	_, err = s.PutWrites(ctx, "a", "", last.CheckpointID, []store.Write{{TaskID: "t", Channel: "c", Value: big, IsBytes: true},
+		{TaskID: "t", Channel: "d", Idx: 1, Value: []byte(`{"x":1}`)}})
+	require.NoError(t, err)
+	logicalA += int64(len(big)) + int64(len(`{"x":1}`))
+	rep, err = s.Footprints(ctx, all)
+	require.NoError(t, err)
+	a := rep.Workflows["a"]
+	assert.Equal(t, logicalA, a.LogicalBytes)
+	assert.Equal(t, logicalA, rep.Total.LogicalBytes)
+	assert.Equal(t, rep.Total.StoredBytes, a.StoredBytes, "alone, the workflow is everything stored")
+	assert.Greater(t, a.Ratio(), 5.0, "ten growing states share their chunks: %+v", a)
+	assert.Positive(t, rep.Chunks)
+	assert.Positive(t, rep.Runs)
+
+	// the same states in workflow b: b's footprint is a's states', the total grows by b's rows only
+	w = testgen.NewWorkload(11, 128<<10)
+	for i := 0; i < 10; i++ {
+		mustSave(t, s, store.SaveRequest{WorkflowID: "b", State: w.State()})
+		w.Advance()
+	}
+	rep2, err := s.Footprints(ctx, store.FootprintRequest{Workflows: []string{"b", "nope"}})
+	require.NoError(t, err)
+	b := rep2.Workflows["b"]
+	assert.NotContains(t, rep2.Workflows, "nope")
+	assert.NotContains(t, rep2.Workflows, "a")
+	assert.Less(t, b.StoredBytes, a.StoredBytes, "b has no pending writes")
+	assert.Equal(t, rep.Total.StoredBytes, rep2.Total.StoredBytes, "identical states are stored once")
+	assert.Equal(t, 2*logicalA-int64(len(big))-int64(len(`{"x":1}`)), rep2.Total.LogicalBytes)
+
+	// a LangGraph thread counts too
+	PutLG(t, s, "th", "", "1f0-1", "", map[string]any{"m": 1}, map[string]string{"m": `["hello"]`}, "")
+	rep3, err := s.Footprints(ctx, store.FootprintRequest{Threads: []string{"th"}})
+	require.NoError(t, err)
+	th := rep3.Threads["th"]
+	assert.Positive(t, th.LogicalBytes)
+	assert.Positive(t, th.StoredBytes)
+	assert.Equal(t, rep2.Total.LogicalBytes+th.LogicalBytes, rep3.Total.LogicalBytes)
+
+	// deleting a leaves b's footprint and the total equal to b's plus the thread's
+	_, err = s.DeleteWorkflow(ctx, "a")
+	require.NoError(t, err)
+	rep4, err := s.Footprints(ctx, all)
+	require.NoError(t, err)
+	assert.Equal(t, b, rep4.Workflows["b"])
+	assert.Equal(t, b.Add(th), rep4.Total)
 }

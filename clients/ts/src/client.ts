@@ -60,6 +60,7 @@ import type {
   SaveResult,
   StateOptions,
   StateType,
+  StatsParams,
   StatsResult,
   ValidationParams,
   WorkflowListParams,
@@ -912,9 +913,16 @@ export class Client extends EventEmitter<ClientEvents> {
     return plan as unknown as ResumePlan<S>;
   }
 
-  /** `stats`. */
-  stats(options?: CallOptions): Promise<StatsResult> {
-    return this.request<StatsResult>("stats", undefined, options);
+  /**
+   * `stats`: counters, latencies, database sizes, and what the database's values take
+   * (`db.storage`: logical and stored bytes, their ratio); with `workflowId` / `threadId`, also
+   * that workflow's (`workflow`) or thread's (`thread`) footprint.
+   */
+  stats(params: StatsParams = {}, options?: CallOptions): Promise<StatsResult> {
+    const wire: Record<string, string> = {};
+    if (params.workflowId !== undefined) wire["workflowId"] = params.workflowId;
+    if (params.threadId !== undefined) wire["threadId"] = params.threadId;
+    return this.request<StatsResult>("stats", Object.keys(wire).length > 0 ? wire : undefined, options);
   }
 
   // -------------------------------------------------------------------------------------------

@@ -396,6 +396,8 @@ describe("the client sends only params the daemon knows", () => {
     grown.messages.push("one more");
     await c.save({ workflowId: "wf-delta", checkpointId: "d2", state: grown });
     assert.ok((await c.stats()).counters.deltaSaves >= 1);
+    const fp = await c.stats({ workflowId: "wf-delta" });
+    assert.ok(fp.workflow!.ratio > 1 && fp.db.storage!.storedBytes > 0);
     assert.equal((await c.complete({ workflowId: "wf-empty", preserve: true })).workflowId, "wf-empty");
     // claims by hand: every write takes the token
     const k = await c.claimWorkflow({ workflowId: "wf-claim", owner: "wire", leaseSeconds: 30 });

@@ -1182,8 +1182,11 @@ class AsyncClient:
         result, att = await self._request("resume/plan", params)
         return ResumePlan(result, att)
 
-    async def stats(self) -> Dict[str, Any]:
-        result, _ = await self._request("stats", None)
+    async def stats(self, *, workflow_id: Optional[str] = None, thread_id: Optional[str] = None) -> Dict[str, Any]:
+        params: Dict[str, Any] = {}
+        C.put(params, "workflowId", workflow_id)
+        C.put(params, "threadId", thread_id)
+        result, _ = await self._request("stats", params or None)
         return result  # type: ignore[no-any-return]
 
     async def drift_status(

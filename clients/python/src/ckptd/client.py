@@ -1185,9 +1185,14 @@ class Client:
         result, att = self._request("resume/plan", params)
         return ResumePlan(result, att)
 
-    def stats(self) -> Dict[str, Any]:
-        """``stats``: counters, latency percentiles, database sizes."""
-        result, _ = self._request("stats", None)
+    def stats(self, *, workflow_id: Optional[str] = None, thread_id: Optional[str] = None) -> Dict[str, Any]:
+        """``stats``: counters, latency percentiles, database sizes, and what the database's values
+        take (``db.storage``: logical and stored bytes, their ratio). With ``workflow_id`` /
+        ``thread_id``, also that workflow's (``workflow``) or thread's (``thread``) footprint."""
+        params: Dict[str, Any] = {}
+        C.put(params, "workflowId", workflow_id)
+        C.put(params, "threadId", thread_id)
+        result, _ = self._request("stats", params or None)
         return result  # type: ignore[no-any-return]
 
     # -----------------------------------------------------------------------------------------
