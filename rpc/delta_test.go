@@ -87,6 +87,11 @@ func TestSaveStateDelta(t *testing.T) {
 			"stateDelta": d(nil)}, make([]byte, 200<<10), -32004, ""},
 		{"sha256 mismatch", map[string]any{"workflowId": "wf", "stateAttachment": true,
 			"stateDelta": d(func(m map[string]any) { m["sha256"] = hexSum(base) })}, middle, -32602, "stateDelta.sha256"},
+		{"rebuilt state is not JSON", map[string]any{"workflowId": "wf", "stateAttachment": true,
+			"stateDelta": d(func(m map[string]any) {
+				broken := append(append(append([]byte{}, base[:kp]...), "{{{"...), base[len(base)-ks:]...)
+				m["sha256"] = hexSum(broken)
+			})}, []byte("{{{"), -32602, "stateType"},
 		{"unknown member", map[string]any{"workflowId": "wf", "stateAttachment": true,
 			"stateDelta": d(func(m map[string]any) { m["keepPrefx"] = 1 })}, middle, -32602, "stateDelta.keepPrefx"},
 	} {

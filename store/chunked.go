@@ -38,7 +38,7 @@ type StoredChunk struct {
 	packed bool
 }
 
-// ValueBase is an earlier value, with its recipe, that a new value probably shares most chunks
+// ValueBase is an earlier value, with its recipe (nil if it was not cut), that a new value probably shares most chunks
 // with (the previous state of the same workflow): NewChunkedValue then cuts only around the
 // change (chunk.SplitFrom) and compresses only the chunks base does not have.
 type ValueBase struct {

@@ -36,12 +36,12 @@ type StateEntry struct {
 	Namespace    string
 	SHA256       [32]byte
 	Value        []byte
-	Recipe       *chunk.Recipe // nil for a value stored inline
+	Recipe       *chunk.Recipe // nil when the value was not cut (stored whole, to be chunked later)
 }
 
 // Base is e as the base of the next value's chunking.
 func (e *StateEntry) Base() *ValueBase {
-	if e == nil || e.Recipe == nil {
+	if e == nil {
 		return nil
 	}
 	return &ValueBase{Value: e.Value, Recipe: e.Recipe}

@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +94,7 @@ func BenchmarkGrowingState(b *testing.B) {
 				baseLat = append(baseLat, time.Since(t0))
 			}
 		}
+		workCPU, baseCPU := processCPU(work.cmd.Process.Pid), processCPU(base.cmd.Process.Pid)
 		for _, d := range []*daemon{work, base} {
 			d.rawB(b, framing.AppendFrame(nil, []byte(`{"jsonrpc":"2.0","id":999999,"method":"shutdown"}`), nil, false))
 			d.readB(b)
@@ -110,10 +114,13 @@ func BenchmarkGrowingState(b *testing.B) {
 		b.ReportMetric(wp95, "save-p95-ms")
 		b.ReportMetric(bp95, "base100KB-p95-ms")
 		b.ReportMetric(wp95/bp95, "p95/base")
+		b.ReportMetric(workCPU/(steps+1), "cpu-ms/save")
+		b.ReportMetric(baseCPU/(steps+1), "base100KB-cpu-ms/save")
 		b.Logf("workload: %d saves after the first (%d as deltas); logical %.1f MB; on disk %.2f MB (target %.2f MB), ratio %.0fx; "+
 			"pipe %.0f B per save (max %d, target 16384); save p50 %.2f ms p95 %.2f ms; baseline (100 KB, new content, whole) "+
-			"p50 %.2f ms p95 %.2f ms; p95 ratio %.2f", steps, deltas, float64(logical)/1e6, float64(disk)/1e6, float64(target)/1e6,
-			float64(logical)/float64(disk), float64(pipe)/steps, pipeMax, wp50, wp95, bp50, bp95, wp95/bp95)
+			"p50 %.2f ms p95 %.2f ms; p95 ratio %.2f; daemon CPU per save %.2f ms (baseline %.2f ms)", steps, deltas,
+			float64(logical)/1e6, float64(disk)/1e6, float64(target)/1e6, float64(logical)/float64(disk), float64(pipe)/steps,
+			pipeMax, wp50, wp95, bp50, bp95, wp95/bp95, workCPU/(steps+1), baseCPU/(steps+1))
 		if disk > target {
 			b.Errorf("on disk %d bytes, over the target %d", disk, target)
 		}
@@ -165,6 +172,21 @@ func checkpointIDOf(b *testing.B, d *daemon) string {
 		b.Fatalf("save failed: %s", f.Body)
 	}
 	return m.Result.CheckpointID
+}
+
+// processCPU is the user+system CPU time of process pid so far, in ms (Linux /proc; 0 elsewhere).
+func processCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) * 1000 / 100 // clock ticks of 1/100 s (USER_HZ)
 }
 
 func fileSize(p string) int64 {

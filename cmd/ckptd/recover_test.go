@@ -339,7 +339,13 @@ func assertSameCheckpoints(t *testing.T, want, got map[string]store.Checkpoint, 
 			assert.True(t, lost["checkpoint "+id], "checkpoint %s neither recovered nor listed as lost", id)
 			continue
 		}
-		assert.Equal(t, w.Summary, g.Summary, id)
+		ws, gs := w.Summary, g.Summary
+		if !chunk.Inline(int(ws.SizeBytes)) {
+			// a chunked state's storedBytes is what its save added: the chunks it was the first
+			// to store, which depends on the order the states reached the database
+			ws.StoredBytes, gs.StoredBytes = 0, 0
+		}
+		assert.Equal(t, ws, gs, id)
 		assert.Equal(t, w.State, g.State, id)
 		assert.Equal(t, w.Manifest != nil, g.Manifest != nil, id)
 		if w.Manifest != nil && g.Manifest != nil {

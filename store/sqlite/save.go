@@ -290,9 +290,12 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
 		StoredBytes: stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: dedup}
-	if cv := sj.Chunked; cv != nil { // the base of this workflow's next save
-		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: cv.Index.SHA256,
-			Value: r.State, Recipe: &cv.Recipe}
+	if sj.Chunked != nil || sj.ChunkLater { // the base of this workflow's next save
+		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: [32]byte(sj.SHA),
+			Value: r.State}
+		if sj.Chunked != nil {
+			e.Recipe = &sj.Chunked.Recipe
+		}
 		w.after(func() { s.states.Put(e) })
 	}
 
