@@ -134,7 +134,7 @@ func TestStatsFootprint(t *testing.T) {
 	require.Equal(t, "wf", res.Workflow.WorkflowID)
 	require.Equal(t, res.DB.Storage.LogicalBytes, res.Workflow.LogicalBytes)
 	require.Equal(t, res.DB.Storage.StoredBytes, res.Workflow.StoredBytes)
-	require.Greater(t, res.Workflow.Ratio, 3.0)
+	require.Greater(t, res.Workflow.Ratio, 2.0) // more once the compactor cut the first (new content) state
 	require.Positive(t, res.DB.Storage.Chunks)
 	require.Nil(t, res.Thread)
 	for i, p := range []map[string]any{{"workflowId": "nope"}, {"threadId": "nope"}} {
