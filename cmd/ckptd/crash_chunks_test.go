@@ -87,11 +87,17 @@ func chunkSavesUntilKilled(t *testing.T, db string, rng *rand.Rand, workloads []
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	readerDone := make(chan struct{})
+	enough := make(chan struct{}) // closed after `want` replies (or the end of the replies)
+	want := 4 + rng.Intn(16)
 	go func() { // drain the replies so that the daemon never blocks on its stdout
 		defer close(readerDone)
 		r := framing.NewReader(stdout, framing.Limits{})
-		for {
-			if _, err := r.Next(); err != nil {
+		for n := 1; ; n++ {
+			_, err := r.Next()
+			if n == want || (err != nil && n < want) {
+				close(enough)
+			}
+			if err != nil {
 				return
 			}
 		}
@@ -132,7 +138,14 @@ func chunkSavesUntilKilled(t *testing.T, db string, rng *rand.Rand, workloads []
 			}
 		}
 	}()
-	time.Sleep(time.Duration(20+rng.Intn(200)) * time.Millisecond)
+	// killed a random while after a random number of replies: mid-save, mid-prune, never
+	// mid-start (a slow start, under -race, would leave nothing to check), and once edits of
+	// states saved in this round (cut into chunks at once) may have been committed
+	select {
+	case <-enough:
+	case <-time.After(60 * time.Second):
+	}
+	time.Sleep(time.Duration(rng.Intn(100)) * time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 	close(stop)
