@@ -7,8 +7,10 @@ import (
 	"github.com/ckptd/ckptd/store/chunk"
 )
 
-// DefaultStateCacheBytes bounds a backend's StateCache unless Options says otherwise.
-const DefaultStateCacheBytes = 64 << 20
+// DefaultStateCacheBytes bounds a backend's StateCache unless Options says otherwise: like the
+// LangGraph value cache, small enough for the daemon's memory at rest (#18), large enough for a
+// few workflows' megabyte states.
+const DefaultStateCacheBytes = 16 << 20
 
 // StateCache keeps the last state saved of each (workflow, namespace), for every backend: the
 // base the next save of that workflow is probably an edit of. A save cuts its state starting
@@ -65,7 +67,7 @@ func (e *StateEntry) cost() int64 {
 }
 
 // Put makes e the last state of its workflow and namespace, replacing the previous one. Values
-// larger than a quarter of the cache are not kept (and drop the previous entry).
+// larger than half the cache are not kept (and drop the previous entry).
 func (c *StateCache) Put(e *StateEntry) {
 	if c == nil {
 		return
@@ -76,7 +78,7 @@ func (c *StateCache) Put(e *StateEntry) {
 	if el, ok := c.byWF[k]; ok {
 		c.remove(el)
 	}
-	if e.cost() > c.max/4 {
+	if e.cost() > c.max/2 {
 		return
 	}
 	el := c.lru.PushFront(e)

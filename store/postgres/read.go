@@ -352,6 +352,10 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 		order = `c.id DESC`
 		if f.Namespace != nil {
 			where = append(where, `c.namespace = `+arg(*f.Namespace))
+			if *f.Namespace != "" {
+				// the partial index's condition, spelt out so that a generic plan may use it
+				where = append(where, `c.namespace <> ''`)
+			}
 		}
 		if f.Before != "" {
 			where = append(where, `c.id < `+arg(beforeRowid))
@@ -360,6 +364,9 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 	}
 	if f.Phase != "" {
 		where = append(where, `c.phase = `+arg(string(f.Phase)))
+		if f.Phase != store.PhaseCompleted {
+			where = append(where, `c.phase <> 'completed'`) // as above: checkpoints_phase_id
+		}
 	}
 	if f.Validation != "" {
 		where = append(where, `c.validation_status = `+arg(f.Validation))

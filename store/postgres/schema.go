@@ -254,6 +254,22 @@ CREATE TABLE claims (
 );
 CREATE INDEX workflows_claimable ON workflows (updated_at, workflow_id) WHERE completed_at IS NULL;
 `},
+	// Fewer index entries written per save (#18), as in the SQLite backend's step 8: the unique
+	// (workflow_id, seq) index carries the namespace (INCLUDE), so per-workflow reads that filter
+	// on a namespace need no second index; the cross-workflow namespace and phase indexes keep
+	// only the rows a filter needs them for (namespace <> '', phase <> 'completed'); the
+	// state_hash index (stats, inspect) leaves out checkpoints without a state.
+	{"leaner checkpoints indexes: one per-workflow index, partial namespace/phase/state indexes", `
+DROP INDEX checkpoints_wf_ns_seq;
+DROP INDEX checkpoints_wf_seq;
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints (workflow_id, seq) INCLUDE (namespace);
+DROP INDEX checkpoints_ns_id;
+CREATE INDEX checkpoints_ns_id ON checkpoints (namespace, id) WHERE namespace <> '';
+DROP INDEX checkpoints_phase_id;
+CREATE INDEX checkpoints_phase_id ON checkpoints (phase, id) WHERE phase <> 'completed';
+DROP INDEX checkpoints_state;
+CREATE INDEX checkpoints_state ON checkpoints (state_hash) WHERE state_hash IS NOT NULL;
+`},
 	// Chunked values (docs/storage.md "Chunked values", store/postgres/chunks.go): states and
 	// pending-write values larger than chunk.InlineMax are stored as content-defined chunks,
 	// each once, shared by every value listing it; a value's row keeps the addresses of its runs

@@ -5,7 +5,7 @@ package sqlite
 // however many values list it, and its row keeps the addresses of its runs (encoding
 // store.EncChunked).
 //
-// Tables (schema step 8): chunks and runs hold the bytes by row id; chunk_addrs and run_addrs
+// Tables (schema step 9): chunks and runs hold the bytes by row id; chunk_addrs and run_addrs
 // map an address to its row id; chunk_refs and run_refs count the listings by row id. Counts
 // sit in narrow tables keyed by id rather than beside the bytes or by address: ids are handed
 // out in save order, so the ~45 run counts a save of a grown state increments sit on one or two

@@ -372,13 +372,11 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 	var from, order string
 	switch {
 	case f.WorkflowID != "":
+		// (workflow_id, seq, namespace): a namespace filter is read from the index itself.
+		from = `checkpoints c INDEXED BY checkpoints_wf_seq`
+		add(`c.workflow_id = ?`, f.WorkflowID)
 		if f.Namespace != nil {
-			from = `checkpoints c INDEXED BY checkpoints_wf_ns_seq`
-			add(`c.workflow_id = ?`, f.WorkflowID)
 			add(`c.namespace = ?`, *f.Namespace)
-		} else {
-			from = `checkpoints c INDEXED BY checkpoints_wf_seq`
-			add(`c.workflow_id = ?`, f.WorkflowID)
 		}
 		order = `c.seq DESC`
 		if f.Before != "" {
@@ -406,8 +404,11 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 		for _, m := range meta[1:] {
 			add(`EXISTS (SELECT 1 FROM checkpoint_meta m WHERE m.key = ? AND m.value = ? AND m.ckpt = c.id)`, m.k, m.v)
 		}
-	case f.Namespace != nil:
+	case f.Namespace != nil && *f.Namespace != "":
+		// checkpoints_ns_id holds only namespace <> '' (schema step 8): a list of the default
+		// namespace, where most checkpoints are, takes one of the shapes below.
 		from = `checkpoints c INDEXED BY checkpoints_ns_id`
+		add(`c.namespace <> ''`) // the partial index's condition, spelt out so that it applies
 		add(`c.namespace = ?`, *f.Namespace)
 		order = `c.id DESC`
 		if f.Before != "" {
@@ -419,18 +420,26 @@ func listQuery(f store.ListFilter, beforeRowid, beforeSeq int64, beforeSameWf bo
 		if f.Before != "" {
 			add(`c.id < ?`, beforeRowid)
 		}
-	case f.Phase != "":
+	case f.Phase != "" && f.Phase != store.PhaseCompleted:
+		// checkpoints_phase_id leaves out phase 'completed' (schema step 8), like the namespace
+		// index the default namespace.
 		from = `checkpoints c INDEXED BY checkpoints_phase_id`
+		add(`c.phase <> 'completed'`)
 		order = `c.id DESC`
 		if f.Before != "" {
 			add(`c.id < ?`, beforeRowid)
 		}
 	default:
-		from = `checkpoints c`
+		// Everything, the default namespace or phase 'completed': the table newest first,
+		// stopping at the limit.
+		from = `checkpoints c NOT INDEXED`
 		order = `c.id DESC`
 		if f.Before != "" {
 			add(`c.id < ?`, beforeRowid)
 		}
+	}
+	if f.Namespace != nil && *f.Namespace == "" && f.WorkflowID == "" && len(meta) == 0 {
+		add(`c.namespace = ?`, "")
 	}
 	if f.Phase != "" {
 		add(`c.phase = ?`, string(f.Phase))

@@ -231,6 +231,7 @@ func (s *Store) openRead(ctx context.Context, inTx bool) (tx *rtx, end func(), e
 	if err != nil {
 		return nil, nil, err
 	}
+	s.noteRead()
 	if inTx {
 		if _, err := rc.begin.ExecContext(bg); err != nil {
 			s.rpool.put(rc, true)

@@ -248,7 +248,40 @@ CREATE TABLE claims (
 ) WITHOUT ROWID;
 CREATE INDEX workflows_claimable ON workflows(updated_at, workflow_id) WHERE completed_at IS NULL;
 `,
-	// 8: chunked values (docs/storage.md "Chunked values", store/sqlite/chunks.go): states and
+	// 8: fewer pages written per save (#18; measured by TestWALFramesPerSave). A 1 KB save wrote
+	// ~16 WAL frames, one per b-tree it touched; this step takes four of them out of the
+	// checkpoints table's:
+	// - AUTOINCREMENT goes (sqlite_sequence was rewritten by every save). The b-tree is the same
+	//   with or without it (id stays the INTEGER PRIMARY KEY, in save order), so the table's
+	//   definition is edited in place instead of copying every row: the documented way to make a
+	//   schema change that leaves the stored content as it is. Without it a new id is max(id)+1:
+	//   an id is reused only after the newest checkpoint was deleted, which no reader keeps (rows
+	//   that name a checkpoint by id go with it).
+	// - (workflow_id, seq) and (workflow_id, namespace, seq) become one index, (workflow_id, seq,
+	//   namespace): per-workflow reads walk it newest first as before; those that also filter on a
+	//   namespace read the namespace from the index (a workflow's checkpoints are almost always in
+	//   one namespace; else the walk skips the other namespaces' newer entries).
+	// - the cross-workflow (namespace, id) and (phase, id) indexes keep only the rows a filter
+	//   needs them for: namespace <> '' and phase <> 'completed'. Filters on '' or on completed
+	//   (most checkpoints) walk the table in save order instead, stopping at the limit.
+	// - the state_hash index leaves out checkpoints without a state.
+	`
+PRAGMA writable_schema = ON;
+UPDATE sqlite_schema SET sql = replace(sql, 'INTEGER PRIMARY KEY AUTOINCREMENT,', 'INTEGER PRIMARY KEY,')
+	WHERE type = 'table' AND name = 'checkpoints';
+PRAGMA writable_schema = OFF;
+DELETE FROM sqlite_sequence WHERE name = 'checkpoints';
+DROP INDEX checkpoints_wf_seq;
+DROP INDEX checkpoints_wf_ns_seq;
+DROP INDEX checkpoints_ns_id;
+DROP INDEX checkpoints_phase_id;
+DROP INDEX checkpoints_state;
+CREATE UNIQUE INDEX checkpoints_wf_seq ON checkpoints(workflow_id, seq, namespace);
+CREATE INDEX checkpoints_ns_id ON checkpoints(namespace, id) WHERE namespace <> '';
+CREATE INDEX checkpoints_phase_id ON checkpoints(phase, id) WHERE phase <> 'completed';
+CREATE INDEX checkpoints_state ON checkpoints(state_hash) WHERE state_hash IS NOT NULL;
+`,
+	// 9: chunked values (docs/storage.md "Chunked values", store/sqlite/chunks.go): states and
 	// pending-write values larger than chunk.InlineMax are stored as content-defined chunks,
 	// each stored once and shared by every value listing it; a value's row keeps the addresses
 	// of its runs (encoding 4). Addresses map to row ids (chunk_addrs, run_addrs); reference
@@ -340,6 +373,13 @@ func migrate(ctx context.Context, conn *sql.Conn, target int, retry func(context
 	for step := v + 1; step <= target; step++ {
 		if err := retry(ctx, func() error { return migrateStep(ctx, conn, step) }); err != nil {
 			return fmt.Errorf("migrate schema to version %d: %w", step, wrapDB("migrate", err))
+		}
+	}
+	if v < target {
+		// Step 8 edits a table's definition in place: have this connection parse the schema
+		// anew (the others read it fresh anyway), or it would keep the table as it knew it.
+		if _, err := conn.ExecContext(ctx, "PRAGMA writable_schema = RESET"); err != nil {
+			return fmt.Errorf("migrate schema: %w", wrapDB("reload schema", err))
 		}
 	}
 	return nil

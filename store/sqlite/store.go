@@ -82,16 +82,20 @@ type Store struct {
 	stopBG   chan struct{}
 	ckptKick chan struct{}
 
-	writes     atomic.Uint64 // commits, for the checkpointer
-	walPending atomic.Int64  // approx. bytes written since the last checkpoint
-	lastCommit atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
-	compact    *compactor
-	blobs      *store.BlobCache  // LangGraph channel values by stored SHA-256; nil: off
-	states     *store.StateCache // each workflow's last state saved (chunking base, wire deltas); nil: off
-	deletes    atomic.Uint64     // checkpoints removed by retention (for background vacuum)
-	onPruned   atomic.Pointer[func(workflowID string, ids []string, reason string)]
-	closeOnce  sync.Once
-	closeErr   error
+	writes atomic.Uint64 // commits, for the checkpointer
+	reads  atomic.Uint64 // reads begun, for idleRelease (memory.go)
+	// shrinkWriter asks the writer goroutine to release its connection's cache when idle.
+	shrinkWriter atomic.Bool
+	releases     atomic.Uint64 // times releaseMemory ran (tests)
+	walPending   atomic.Int64  // approx. bytes written since the last checkpoint
+	lastCommit   atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
+	compact      *compactor
+	blobs        *store.BlobCache  // LangGraph channel values by stored SHA-256; nil: off
+	states       *store.StateCache // each workflow's last state saved (chunking base, wire deltas); nil: off
+	deletes      atomic.Uint64     // checkpoints removed by retention (for background vacuum)
+	onPruned     atomic.Pointer[func(workflowID string, ids []string, reason string)]
+	closeOnce    sync.Once
+	closeErr     error
 
 	// cond is set once the store stops writing (health.go); nil while it writes.
 	cond atomic.Pointer[store.Condition]
@@ -443,7 +447,7 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 // openReaders opens the read pool and the WAL checkpointer's pool (connections come lazily).
 func (s *Store) openReaders(busy, limit, sync, fullfsync string) error {
 	var err error
-	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-16384)"}, ""), readPoolSize+1); err != nil {
+	if s.rdb, err = s.openPool(s.dsn([]string{busy, "query_only(1)", "temp_store(MEMORY)", "cache_size(-4096)"}, ""), readPoolSize+1); err != nil {
 		return err
 	}
 	// rpool pins up to readPoolSize connections; one more serves tests and diagnostics.

@@ -132,6 +132,9 @@ func (s *Store) writerLoop() {
 				return
 			}
 			s.mu.Unlock()
+			if s.shrinkWriter.Swap(false) { // idle: give the page cache back (memory.go)
+				_, _ = s.wconn.ExecContext(context.Background(), "PRAGMA shrink_memory")
+			}
 			<-s.wake
 			s.mu.Lock()
 		}
@@ -366,12 +369,14 @@ func (s *Store) checkpointLoop() {
 	var seen uint64
 	lastCkpt, lastVacuum := time.Now(), time.Now()
 	ctx := context.Background()
+	var mem memState
 	for {
 		select {
 		case <-s.stopBG:
 			return
 		case <-t.C:
 		}
+		s.idleRelease(&mem)
 		if !s.Condition().Writable() {
 			continue // damaged or gone: leave the files as they are
 		}

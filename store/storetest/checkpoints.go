@@ -935,7 +935,7 @@ func ListShapes(before string) map[string]store.ListFilter {
 	fs := map[string]store.ListFilter{}
 	wfs := []string{"", "wf-1"}
 	nss := []*string{nil, strp(""), strp("sub")}
-	phases := []store.Phase{"", store.PhaseFailed}
+	phases := []store.Phase{"", store.PhaseFailed, store.PhaseCompleted}
 	metas := []map[string]json.RawMessage{nil,
 		{"source": json.RawMessage(`"loop"`)},
 		{"source": json.RawMessage(`"input"`), "step": json.RawMessage(`1.0`)},

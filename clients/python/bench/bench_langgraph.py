@@ -51,7 +51,8 @@ WORDS = (
     "context memory retrieve function output input error retry node graph state value channel task model"
 ).split()
 OPS = ("put", "get_tuple", "list10", "list10_all_ns")
-TARGETS = {"put": 1.0, "get_tuple": 1.0, "list10": 0.5, "list10_all_ns": 0.5}
+# #18's targets, p95 ratio ckptd / SqliteSaver at the same durability.
+TARGETS = {"put": 1.3, "get_tuple": 1.2, "list10": 1.0}
 
 
 def pct(xs: List[float], p: float) -> float:
@@ -119,7 +120,9 @@ def main() -> int:
     ap.add_argument("--messages", choices=("dict", "langchain"), default="dict")
     ap.add_argument("--binary", default=None, help="ckptd executable (default $CKPTD_PATH / PATH)")
     ap.add_argument("--dir", default=None, help="where the two databases go (default: a temp dir)")
-    ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--json", default=None, help="also write the results (with every sample, in ms) as JSON here")
+    ap.add_argument("--durability", choices=("full", "normal"), default="full",
+                    help="ckptd --durability, and SqliteSaver's synchronous level to match (FULL / NORMAL)")
     args = ap.parse_args()
 
     work = args.dir or tempfile.mkdtemp(prefix="bench-lg-")
@@ -131,8 +134,10 @@ def main() -> int:
                 os.remove(p + ext)
 
     conn = sqlite3.connect(sq_path, check_same_thread=False)
-    savers: Dict[str, Any] = {"ckptd": CkptdSaver(db=ck_path, binary=args.binary), "sqlite": SqliteSaver(conn)}
+    savers: Dict[str, Any] = {"ckptd": CkptdSaver(db=ck_path, binary=args.binary, args=["--durability", args.durability]),
+                              "sqlite": SqliteSaver(conn)}
     savers["sqlite"].setup()
+    conn.execute("PRAGMA synchronous=%s" % args.durability.upper())
     pragmas = {p: conn.execute("PRAGMA %s" % p).fetchone()[0] for p in ("journal_mode", "synchronous")}
     info = savers["ckptd"].client.server_info
     print("ckptd %s: durability=%s (synchronous=%s, WAL)" % (
@@ -146,6 +151,8 @@ def main() -> int:
     rng = random.Random(42)
     t0 = time.time()
     last_bytes = 0
+    growth: List[Tuple[int, int, int]] = []  # (steps done, ckptd bytes, sqlite bytes) on disk
+    every = max(1, args.steps // 20)
     for i in range(args.steps):
         msg = make_message(rng, i, args.messages)
         order = ["ckptd", "sqlite"] if i % 2 == 0 else ["sqlite", "ckptd"]
@@ -173,6 +180,8 @@ def main() -> int:
             assert tup is not None and tup.checkpoint["channel_values"]["step"] == i, (name, i)
             assert len(listed) == min(10, i + 1) and listed[0].checkpoint["id"] == cp["id"], (name, i)
             assert len(tup.checkpoint["channel_values"]["messages"]) == i + 1
+        if (i + 1) % every == 0:
+            growth.append((i + 1, file_size(ck_path), file_size(sq_path)))
         if i == args.steps - 1:
             last_bytes = len(savers["ckptd"].serde.dumps_typed(tup.checkpoint["channel_values"]["messages"])[1])
         if (i + 1) % max(1, args.steps // 10) == 0:
@@ -203,7 +212,9 @@ def main() -> int:
         args.steps, args.messages, last_bytes / 1024, work))
     print("%-22s %9s %9s %9s" % ("latency (ms)", "ckptd", "sqlite", "ratio"))
     results: Dict[str, Any] = {"steps": args.steps, "messages": args.messages, "sqlite_pragmas": pragmas,
-                               "ckptd_durability": info.get("capabilities", {}).get("durability"), "ops": {}, "db_bytes": sizes}
+                               "ckptd_durability": info.get("capabilities", {}).get("durability"), "ops": {}, "db_bytes": sizes,
+                               "growth": growth, "samples_ms": {n: {op: [x * 1e3 for x in xs] for op, xs in times[n].items()}
+                                                               for n in savers}}
     for op in OPS + ("put_writes",):
         for p, pname in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
             target = TARGETS.get(op) if pname == "p95" else None

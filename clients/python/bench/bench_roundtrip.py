@@ -141,6 +141,7 @@ def main() -> int:
                     help="ckptd --durability and the baseline's synchronous level (FULL / NORMAL)")
     ap.add_argument("--dir", help="where to put the databases (default: a temp dir; same file system for both)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", help="also write the figures (and every sample, in ms) as JSON here")
     args = ap.parse_args()
 
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -149,6 +150,7 @@ def main() -> int:
     synchronous = args.durability.upper()
     rows = []
     ab_rows = []
+    samples: Dict[str, Any] = {}
     try:
         daemon_args = ["--durability", args.durability, "--keep-last", "0", "--log-level", "warn"]
         client = ckptd.Client(db=os.path.join(work, "ckptd.db"), binary=args.binary, args=daemon_args)
@@ -193,6 +195,8 @@ def main() -> int:
                         r["save"].append(t1 - t0)
                         r["load"].append(t2 - t1)
                         r["rt"].append(t2 - t0)
+            samples[human(size)] = {who: {op: [x * 1000.0 for x in xs] for op, xs in r.items()}
+                                    for who, r in res.items() if who in contenders}
             for op, label in (("rt", "round trip"), ("save", "save"), ("load", "load")):
                 c, b = res["ckptd"][op], res["baseline"][op]
                 rows.append((human(size), actual, label, [pct(c, p) for p in (50, 95, 99)],
@@ -241,6 +245,12 @@ def main() -> int:
             ratios = [x / y if y > 0 else float("inf") for x, y in zip(c, b)]
             print("%-7s %-10s | %7.3f / %7.3f / %7.3f | %7.3f / %7.3f / %7.3f | %5.2fx / %5.2fx / %5.2fx"
                   % (size_h, label, c[0], c[1], c[2], b[0], b[1], b[2], ratios[0], ratios[1], ratios[2]))
+    if args.json:
+        out = {"durability": args.durability, "n": args.n, "sqlite_version": sqlite3.sqlite_version,
+               "rows": [{"size": sz, "bytes": actual, "op": label, "ckptd": c, "baseline": b} for sz, actual, label, c, b in rows],
+               "samples_ms": samples}
+        with open(args.json, "w") as f:
+            json.dump(out, f)
     print()
     for size_h, ratio in verdicts:
         print("%s round trip p95: ckptd / in-process sqlite3 = %.2fx -> %s (target <= 1.0x)"
