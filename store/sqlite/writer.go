@@ -51,7 +51,7 @@ type wtx struct {
 	s    *Store
 	conn *sql.Conn
 	job  *job
-	fig  *figures // the job's changes to the kept figures (figures.go)
+	fig  *figures    // the job's changes to the kept figures (figures.go)
 	rel  chunk.Tally // runs of chunked values the job removed, counted down when it ends (chunks.go)
 }
 
