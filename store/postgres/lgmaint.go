@@ -1059,13 +1059,17 @@ func (s *Store) LGExpireIdle(ctx context.Context) (store.LGSweepResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		begun := false
 		n, deleted, err := s.lgDeleteThread(ctx, c.thread, func(q lgq) (bool, error) {
+			// still idle: no put since the sweep looked (a put makes it live again; the deletion
+			// itself only lowers the update time, and drops the row with the thread's last row)
 			var updated time.Time
 			err := q.queryRow(`SELECT updated_at FROM lg_threads WHERE thread_id = $1`, c.thread).Scan(&updated)
 			if noRows(err) {
-				return false, nil
+				return begun, nil // gone with our deletion so far, or deleted by someone else
 			}
-			return err == nil && updated.Equal(c.updated), err
+			begun = err == nil && !updated.After(c.updated)
+			return begun, err
 		})
 		res.Checkpoints += n
 		if err != nil {

@@ -1101,14 +1101,17 @@ func (s *Store) LGExpireIdle(ctx context.Context) (store.LGSweepResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		begun := false
 		n, deleted, err := s.lgDeleteThread(ctx, c.thread, func(q lgq) (bool, error) {
-			// still idle: no put since the sweep looked (a put makes it live again)
+			// still idle: no put since the sweep looked (a put makes it live again; the deletion
+			// itself only lowers the update time, and drops the row with the thread's last row)
 			var updated int64
 			err := q.queryRow(`SELECT updated_at FROM lg_threads WHERE thread_id = ?`, c.thread).Scan(&updated)
 			if errors.Is(err, sql.ErrNoRows) {
-				return false, nil // deleted by someone else
+				return begun, nil // gone with our deletion so far, or deleted by someone else
 			}
-			return err == nil && updated == c.updated, err
+			begun = err == nil && updated <= c.updated
+			return begun, err
 		})
 		res.Checkpoints += n
 		if err != nil {
