@@ -468,6 +468,14 @@ ALTER TABLE writes ADD COLUMN encoding INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE writes ADD COLUMN size INTEGER;
 ALTER TABLE writes ADD COLUMN sha256 BLOB;
 `,
+	// 13: chunked LangGraph channel values (docs/storage.md "Chunked values",
+	// store/sqlite/lgchunks.go): an lg_blobs value larger than chunk.InlineMax is stored as
+	// shared chunks like a state (encoding 4: data holds the index, size and sha256 the raw
+	// value's), counted in chunk_refs and run_refs. No table changes; the step is there so that
+	// an older build, which would read encoding 4 in lg_blobs as corrupt, refuses the database.
+	`
+UPDATE lg_blobs SET encoding = encoding WHERE 0;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.
