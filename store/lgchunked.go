@@ -134,8 +134,7 @@ func ResolveLGDeltas(ctx context.Context, req *LGPutRequest, cache *LGValueCache
 				}
 			}
 			if len(stored) == 0 && len(bases) == 0 {
-				return fmt.Errorf("%s: base version %s of channel %q in thread %q namespace %q: %w",
-					field, d.BaseVersion, b.Channel, req.ThreadID, req.Namespace, ErrNotFound)
+				return &LGBaseMissingError{Field: field + ".baseVersion", Channel: b.Channel, Version: d.BaseVersion}
 			}
 		}
 		if !ok {
@@ -153,6 +152,21 @@ func ResolveLGDeltas(ctx context.Context, req *LGPutRequest, cache *LGValueCache
 	}
 	return nil
 }
+
+// LGBaseMissingError says the base version of a blob's wire delta is not stored (never put, or
+// deleted since): the client sends the value whole. It matches ErrNotFound.
+type LGBaseMissingError struct {
+	Field   string // blobs[i].delta.baseVersion
+	Channel string
+	Version string // canonical JSON text
+}
+
+func (e *LGBaseMissingError) Error() string {
+	return fmt.Sprintf("%s: channel %q has no stored value at version %s (never put, or deleted): send the value whole: %v",
+		e.Field, e.Channel, e.Version, ErrNotFound)
+}
+
+func (e *LGBaseMissingError) Is(target error) bool { return target == ErrNotFound }
 
 // LGPacker packs the values of puts and imports: values larger than chunk.InlineMax are cut
 // into chunks (from the channel's last value in Cache when there is one), the others packed as
