@@ -69,6 +69,9 @@ type LGValueDelta struct {
 	KeepPrefix  *int64          `json:"keepPrefix"`
 	KeepSuffix  *int64          `json:"keepSuffix"`
 	SHA256      *string         `json:"sha256"`
+	// Copies splice ranges of the base into the middle: [at, from, length] inserts the base's
+	// bytes [from, from+length) at offset at of the segment (ats non-decreasing).
+	Copies [][]int64 `json:"copies"`
 }
 
 // LGPutParams are lg/put's params.

@@ -214,3 +214,33 @@ func TestLGPutValueDelta(t *testing.T) {
 	c.ok("lg/get", map[string]any{"threadId": "t", "checkpointId": "c3"}, nil, &none)
 	require.Nil(t, none.Tuple, "no refused put stored anything")
 }
+
+// blobs[i].delta.copies: a msgpack-like value whose header changed and which grew at its end is
+// a delta of a few bytes (the header, the new item) with the base's body copied in.
+func TestLGPutValueDeltaCopies(t *testing.T) {
+	c := newLGConn(t)
+	r := testgen.New(22)
+	body := r.JSON(24 << 10)
+	v1 := append([]byte{0xdc, 0x00, 0x10}, body...)
+	v2 := append(append([]byte{0xdc, 0x00, 0x11}, body...), "new item"...)
+	put := func(id, parent, ver string, blob map[string]any, att []byte) map[string]any {
+		return map[string]any{"threadId": "t", "checkpointId": id, "parentId": parent,
+			"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2},
+			"channelVersions": map[string]any{"m": ver}, "blobs": []any{blob}}
+	}
+	c.ok("lg/put", put("c1", "", "1", map[string]any{"channel": "m", "version": "1", "type": "msgpack", "offset": 2, "length": len(v1)},
+		append([]byte("{}"), v1...)), append([]byte("{}"), v1...), nil)
+	mid := append([]byte{0x11}, "new item"...)
+	blob := func(copies any) map[string]any {
+		return map[string]any{"channel": "m", "version": "2", "type": "msgpack", "offset": 2, "length": len(mid),
+			"delta": map[string]any{"baseVersion": "1", "keepPrefix": 2, "keepSuffix": 0, "sha256": hexSum(v2), "copies": copies}}
+	}
+	att := append([]byte("{}"), mid...)
+	c.fail("lg/put", put("c2", "c1", "2", blob([]any{[]any{1, 3}}), att), att, -32602, "blobs[0].delta.copies[0]")
+	c.fail("lg/put", put("c2", "c1", "2", blob([]any{[]any{1, 3, len(v1)}}), att), att, -32602, "blobs[0].delta.copies[0]")
+	c.fail("lg/put", put("c2", "c1", "2", blob([]any{[]any{len(mid) + 1, 3, 1}}), att), att, -32602, "blobs[0].delta.copies[0]")
+	c.ok("lg/put", put("c2", "c1", "2", blob([]any{[]any{1, 3, len(body)}}), att), att, nil)
+	var got protocol.LGGetResult
+	ratt := c.ok("lg/get", map[string]any{"threadId": "t", "checkpointId": "c2"}, nil, &got)
+	require.Equal(t, string(v2), seg(ratt, got.Tuple.Blobs[0].LGSegment))
+}

@@ -216,7 +216,14 @@ func valueDelta(field string, b protocol.LGBlobIn, staged int64) (*store.LGDelta
 	if d.SHA256 == nil {
 		return nil, invalidParams(field+".sha256", "required")
 	}
-	return &store.LGDelta{BaseVersion: base, KeepPrefix: *d.KeepPrefix, KeepSuffix: *d.KeepSuffix, SHA256: *d.SHA256}, nil
+	out := &store.LGDelta{BaseVersion: base, KeepPrefix: *d.KeepPrefix, KeepSuffix: *d.KeepSuffix, SHA256: *d.SHA256}
+	for i, c := range d.Copies {
+		if len(c) != 3 || c[0] < 0 || c[1] < 0 || c[2] < 0 {
+			return nil, invalidParams(fmt.Sprintf("%s.copies[%d]", field, i), "[at, from, length] must be integers >= 0")
+		}
+		out.Copies = append(out.Copies, store.LGCopy{At: c[0], From: c[1], Length: c[2]})
+	}
+	return out, nil
 }
 
 // threadParam validates a required thread id: any string of valid UTF-8 up to

@@ -26,6 +26,40 @@ type LGDelta struct {
 	KeepPrefix  int64
 	KeepSuffix  int64
 	SHA256      string // lowercase hex of the rebuilt value
+	// Copies splice ranges of the base into the middle: the middle is the segment with, at
+	// each At (an offset in the segment, non-decreasing), the base's bytes [From, From+Length)
+	// inserted. A value whose header and tail both changed (a msgpack list that grew: its count
+	// at the start, the new item at the end) is then a delta too.
+	Copies []LGCopy
+}
+
+// LGCopy is one range of the base spliced into a delta's middle (LGDelta.Copies).
+type LGCopy struct{ At, From, Length int64 }
+
+// middle builds a delta's middle from the segment and its copies of base; errors name field.
+func (d *LGDelta) middle(field string, base, seg []byte) ([]byte, error) {
+	if len(d.Copies) == 0 {
+		return seg, nil
+	}
+	n := int64(len(seg))
+	for _, c := range d.Copies {
+		n += c.Length
+	}
+	out := make([]byte, 0, n)
+	prev := int64(0)
+	for i, c := range d.Copies {
+		f := fmt.Sprintf("%s.copies[%d]", field, i)
+		switch {
+		case c.At < prev || c.At > int64(len(seg)):
+			return nil, Invalid(f, "at %d is outside the segment (%d bytes) or before the previous copy's", c.At, len(seg))
+		case c.From < 0 || c.Length < 0 || c.From > int64(len(base)) || c.Length > int64(len(base))-c.From:
+			return nil, Invalid(f, "base range [%d, %d+%d) is outside the base (%d bytes)", c.From, c.From, c.Length, len(base))
+		}
+		out = append(out, seg[prev:c.At]...)
+		out = append(out, base[c.From:c.From+c.Length]...)
+		prev = c.At
+	}
+	return append(out, seg[prev:]...), nil
 }
 
 // LGValueCache keeps the last value put of each (thread, namespace, channel), with its recipe
@@ -100,8 +134,12 @@ func ResolveLGDeltas(ctx context.Context, req *LGPutRequest, cache *LGValueCache
 		field := fmt.Sprintf("blobs[%d].delta", i)
 		const maxInt = int64(^uint(0) >> 1)
 		kp, ks := int(min(max(d.KeepPrefix, -1), maxInt)), int(min(max(d.KeepSuffix, -1), maxInt))
+		copied := int64(0)
+		for _, c := range d.Copies {
+			copied += max(c.Length, 0)
+		}
 		if maxBytes > 0 {
-			if n := int64(kp) + int64(len(b.Data)) + int64(ks); n > maxBytes {
+			if n := int64(kp) + int64(len(b.Data)) + copied + int64(ks); n > maxBytes {
 				return fmt.Errorf("%s: value rebuilt from the delta: %w", field, &TooLargeError{Limit: maxBytes, Size: n})
 			}
 		}
@@ -112,7 +150,14 @@ func ResolveLGDeltas(ctx context.Context, req *LGPutRequest, cache *LGValueCache
 		var out []byte
 		var firstErr error
 		try := func(base []byte) bool {
-			v, err := delta.Apply(base, kp, ks, b.Data, d.SHA256)
+			mid, err := d.middle(field, base, b.Data)
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return false
+			}
+			v, err := delta.Apply(base, kp, ks, mid, d.SHA256)
 			if err == nil {
 				out = v
 				return true
@@ -142,6 +187,10 @@ func ResolveLGDeltas(ctx context.Context, req *LGPutRequest, cache *LGValueCache
 			if errors.As(firstErr, &de) {
 				de = de.In(field)
 				return Invalid(de.Path(), "%s", de.Reason)
+			}
+			var ie *InvalidError
+			if errors.As(firstErr, &ie) {
+				return firstErr
 			}
 			if firstErr == nil {
 				firstErr = ErrNotFound
