@@ -157,7 +157,7 @@ func TestLGPutValueDelta(t *testing.T) {
 	v1 := r.JSON(32 << 10)
 	put := func(id, parent, ver string, blob map[string]any, att []byte) map[string]any {
 		return map[string]any{"threadId": "t", "checkpointId": id, "parentId": parent,
-			"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2},
+			"checkpoint":      map[string]any{"type": "json", "offset": 0, "length": 2},
 			"channelVersions": map[string]any{"m": ver}, "blobs": []any{blob}}
 	}
 	whole := func(ver string, v []byte) (map[string]any, []byte) {
@@ -225,7 +225,7 @@ func TestLGPutValueDeltaCopies(t *testing.T) {
 	v2 := append(append([]byte{0xdc, 0x00, 0x11}, body...), "new item"...)
 	put := func(id, parent, ver string, blob map[string]any, att []byte) map[string]any {
 		return map[string]any{"threadId": "t", "checkpointId": id, "parentId": parent,
-			"checkpoint": map[string]any{"type": "json", "offset": 0, "length": 2},
+			"checkpoint":      map[string]any{"type": "json", "offset": 0, "length": 2},
 			"channelVersions": map[string]any{"m": ver}, "blobs": []any{blob}}
 	}
 	c.ok("lg/put", put("c1", "", "1", map[string]any{"channel": "m", "version": "1", "type": "msgpack", "offset": 2, "length": len(v1)},
