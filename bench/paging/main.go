@@ -627,6 +627,11 @@ func pruneWhileSaving(bin, path string, scale int, before time.Duration) error {
 	pid := p.cmd.Process.Pid
 	var mu sync.Mutex
 	var peak int64
+	type walSample struct {
+		t    time.Time
+		size int64
+	}
+	var wals []walSample // the -wal file's size, sampled with the RSS
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -640,8 +645,13 @@ func pruneWhileSaving(bin, path string, scale int, before time.Duration) error {
 			case <-t.C:
 			}
 			cur, _ := rss(pid)
+			var wal int64
+			if fi, err := os.Stat(path + "-wal"); err == nil {
+				wal = fi.Size()
+			}
 			mu.Lock()
 			peak = max(peak, cur)
+			wals = append(wals, walSample{time.Now(), wal})
 			mu.Unlock()
 		}
 	}()
@@ -673,6 +683,11 @@ func pruneWhileSaving(bin, path string, scale int, before time.Duration) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var during []time.Duration
+	type slowSave struct {
+		at, d time.Duration
+		t0    time.Time
+	}
+	var slow []slowSave // every save during the prune, with when it started
 	var pruneErr error
 	running := true
 	for running {
@@ -687,6 +702,7 @@ func pruneWhileSaving(bin, path string, scale int, before time.Duration) error {
 		}
 		if running {
 			during = append(during, d)
+			slow = append(slow, slowSave{at: time.Since(start) - d, d: d, t0: time.Now().Add(-d)})
 		}
 	}
 	took := time.Since(start)
@@ -721,6 +737,34 @@ func pruneWhileSaving(bin, path string, scale int, before time.Duration) error {
 		return "MISSED"
 	}
 	fmt.Printf("\ntarget: p99 during the prune <= 5x p99 before it: %s (%.2fx)\n", verdict(p99 <= 5), p99)
+	// where the slowest saves fall in the prune (its bites, or what it does at the end)
+	slices.SortFunc(slow, func(a, b slowSave) int { return int(b.d - a.d) })
+	fmt.Printf("slowest saves during the prune (started at +s of its %.1f s):", took.Seconds())
+	// whether the WAL was reset (a TRUNCATE or RESTART checkpoint: writers wait while it runs)
+	// while each was waiting: the -wal file shrank between two samples in its interval
+	walReset := func(from, to time.Time) string {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 1; i < len(wals); i++ {
+			if wals[i].t.After(from) && wals[i-1].t.Before(to.Add(50*time.Millisecond)) && wals[i].size < wals[i-1].size {
+				return fmt.Sprintf(", WAL %.1f -> %.1f MB", float64(wals[i-1].size)/(1<<20), float64(wals[i].size)/(1<<20))
+			}
+		}
+		return ""
+	}
+	resets, truncates := 0, 0
+	for i := 1; i < len(wals); i++ {
+		if wals[i].t.After(start) && wals[i].size < wals[i-1].size {
+			resets++
+			if wals[i].size == 0 {
+				truncates++
+			}
+		}
+	}
+	for _, x := range slow[:min(8, len(slow))] {
+		fmt.Printf(" %s at +%.1f s%s;", ms(x.d), x.at.Seconds(), walReset(x.t0, x.t0.Add(x.d)))
+	}
+	fmt.Printf("\nthe -wal file shrank %d times during the prune (between two 50 ms samples), %d of them to 0 (a TRUNCATE checkpoint)\n", resets, truncates)
 	fmt.Printf("load average after the prune: %s\n", loadavg())
 	mu.Lock()
 	fmt.Printf("daemon RSS during the run: sampled every 50 ms, peak %.1f MB, VmHWM %.1f MB; target < 64 MB: %s\n",
