@@ -46,7 +46,7 @@ func main() {
 	n := flag.Int("n", 40, "rounds: every op once per scale and round (stats 10 times, the ckptd commands every other round)")
 	pruneSecs := flag.Float64("before", 5, "seconds of saves measured before the prune")
 	noPrune := flag.Bool("no-prune", false, "skip the prune-while-saving run")
-	flag.StringVar(&only, "ops", "", "comma-separated ops to run (default: all)")
+	flag.StringVar(&only, "ops", "", "semicolon-separated ops to run (names as in the table; default: all)")
 	flag.Parse()
 	var scales []int
 	for _, f := range strings.Split(*scalesFlag, ",") {
@@ -367,7 +367,7 @@ func measure(bin string, paths []string, scales []int, n int) ([]scaleRun, error
 			if strings.HasPrefix(name, "ckptd ") && round%2 != 0 { // processes: half as often
 				continue
 			}
-			if only != "" && !slices.Contains(strings.Split(only, ","), name) {
+			if only != "" && !slices.Contains(strings.Split(only, ";"), name) {
 				continue
 			}
 			for rep := 0; rep < max(1, repeats[name]); rep++ {
