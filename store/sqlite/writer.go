@@ -403,10 +403,17 @@ func (s *Store) checkpointLoop() {
 			seen = n
 			lastCkpt = time.Now()
 			s.walPending.Store(0)
-			if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) {
+			// busy, frames in the WAL, frames copied into the database (-1, -1 when not in WAL mode)
+			var busy, frames, copied int64
+			if err := s.cdb.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied); err != nil && !isBusy(err) {
 				s.log.Warn("ckptd store: WAL checkpoint failed", "err", err)
 			}
-			if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > walTruncateSize {
+			// TRUNCATE holds every writer off until it is done: only once a PASSIVE one has copied
+			// every frame (it then has nothing to copy), unless the WAL keeps growing beyond four
+			// times the limit because PASSIVE checkpoints cannot catch up with the writes (a long
+			// prune's bites): then it is the only way to bound the file.
+			if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > walTruncateSize &&
+				(copied >= frames || fi.Size() > 4*walTruncateSize) {
 				if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil && !isBusy(err) {
 					s.log.Warn("ckptd store: WAL truncate failed", "err", err)
 				}
