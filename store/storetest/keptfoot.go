@@ -92,8 +92,11 @@ func testKeptFootprint(t *testing.T, h *harness) {
 		}
 		ckpts[wf] = keep
 	}
-	lgPut := func(th string, big bool) {
+	lgPut := func(th string, big, again bool) {
 		n := lgIDs[th]
+		if again { // the latest checkpoint put again, its checkpoint bytes and value replaced
+			n--
+		}
 		lgIDs[th] = n + 1
 		id, parent := fmt.Sprintf("1f0-%04d", n+1), ""
 		if n > 0 {
@@ -103,7 +106,14 @@ func testKeptFootprint(t *testing.T, h *harness) {
 		if big {
 			val = string(CheckpointJSON(rng, 8<<10+rng.IntN(16<<10)))
 		}
-		PutLG(t, s, th, "", id, parent, map[string]any{"m": n + 1, "e": 1}, map[string]string{"m": val, "e": ""}, `{"step":`+fmt.Sprint(n)+`}`)
+		vj := fmt.Sprintf(`{"m":%d,"e":1}`, n+1)
+		req := store.LGPutRequest{ThreadID: th, CheckpointID: id, ParentID: parent, Type: "json",
+			Checkpoint: []byte(fmt.Sprintf(`{"id":%q,"pad":%q}`, id, r.JSON(rng.IntN(3)*(3<<10)))), ChannelVersions: []byte(vj),
+			Metadata: []byte(fmt.Sprintf(`{"step":%d}`, n)),
+			Blobs: []store.LGBlob{{Channel: "e", Version: "1", Type: store.LGEmptyType},
+				{Channel: "m", Version: fmt.Sprint(n + 1), Type: "json", Data: []byte(val)}}}
+		p, _ := s.LGPut(req)
+		require.NoError(t, p.Wait(ctx))
 	}
 
 	const steps = 140
@@ -200,13 +210,13 @@ func testKeptFootprint(t *testing.T, h *harness) {
 			}
 		case op < 15:
 			require.NoError(t, s.Compact(ctx), what)
-		case op < 18: // a LangGraph put, small or large values
-			lgPut(th, rng.IntN(2) == 0)
+		case op < 18: // a LangGraph put, small or large values; or the latest put again
+			lgPut(th, rng.IntN(2) == 0, lgIDs[th] > 0 && rng.IntN(3) == 0)
 		case op < 20: // LangGraph writes, kept once or replaced (idx < 0)
 			if lgIDs[th] == 0 {
 				continue
 			}
-			id := fmt.Sprintf("1f0-%04d", 1+rng.IntN(lgIDs[th]))
+			id := fmt.Sprintf("1f0-%04d", lgIDs[th]-rng.IntN(min(2, lgIDs[th])))
 			val := fmt.Sprintf(`"x%d"`, step)
 			if rng.IntN(2) == 0 {
 				val = string(CheckpointJSON(rng, 6<<10))
