@@ -144,7 +144,7 @@ func nullBytes(b []byte) any {
 const saveSQL = `WITH wf AS (
 	INSERT INTO workflows AS w (workflow_id, next_seq, created_at, updated_at) VALUES ($1, 2, $2, $2)
 	ON CONFLICT (workflow_id) DO UPDATE SET next_seq = w.next_seq + 1, updated_at = $2, completed_at = NULL
-	RETURNING w.next_seq - 1 AS seq, w.retention
+	RETURNING w.next_seq - 1 AS seq, w.retention, w.config
 ), st AS (
 	INSERT INTO states AS s (hash, encoding, size, stored_size, refs, data)
 	SELECT $3::bytea, $4, $5, $6, 1, $7::bytea WHERE $3::bytea IS NOT NULL
@@ -163,7 +163,7 @@ const saveSQL = `WITH wf AS (
 	INSERT INTO checkpoint_meta (key, value, ckpt)
 	SELECT m.k, m.v, ck.id FROM ck, unnest($24::text[], $25::text[]) AS m(k, v)
 )
-SELECT ck.id, ck.stored_size, ck.dedup, wf.seq, wf.retention FROM wf LEFT JOIN ck ON true`
+SELECT ck.id, ck.stored_size, ck.dedup, wf.seq, wf.retention, wf.config FROM wf LEFT JOIN ck ON true`
 
 // insertArgs are saveSQL's arguments for a prepared save with creation time created and
 // format version format: $1..$25 are schema version 1's, $26 and $27 the validation's status
@@ -206,12 +206,13 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	var dedup *bool
 	var seq int64
 	var retJSON []byte
+	var cfg *string
 	// The claim first, read in the save's round trip: a writer that lost its claim stores
 	// nothing, not even an idempotent repeat (the job's savepoint undoes the statement).
 	b := &pgx.Batch{}
 	fc := queueFence(b, r.WorkflowID, r.FencingToken)
 	b.Queue(saveSQL, insertArgs(sj, created, store.FormatVersion)...).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&rowid, &stored, &dedup, &seq, &retJSON)
+		return row.Scan(&rowid, &stored, &dedup, &seq, &retJSON, &cfg)
 	})
 	if err := w.sendBatch(ctx, b); err != nil {
 		return err
@@ -230,6 +231,9 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: created, SizeBytes: int64(len(r.State)),
 		StoredBytes: *stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: *dedup}
+	if r.AssumeNoSources && cfg != nil { // the caller's belief, checked where it counts
+		sj.res.ConfiguredSources = s.sourcesOf(r.WorkflowID, cfg)
+	}
 	w.announce(event{Saved: &store.SavedEvent{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace,
 		Seq: seq, Phase: r.Phase, Step: r.Step}})
 

@@ -120,7 +120,7 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 			FROM checkpoints WHERE checkpoint_id = ?`},
 		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at) VALUES (?1, 2, ?2, ?2)
 			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = ?2, completed_at = NULL
-			RETURNING next_seq - 1, retention`},
+			RETURNING next_seq - 1, retention, config`},
 		{&ws.selState, `SELECT stored_size FROM states WHERE hash = ?`},
 		{&ws.insState, `INSERT INTO states(hash, encoding, size, stored_size, data) VALUES (?, ?, ?, ?, ?)`},
 		{&ws.insCkpt, `INSERT INTO checkpoints(checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step,
@@ -249,8 +249,8 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	now := s.now()
 	micros := now.UnixMicro()
 	var seq int64
-	var retJSON sql.NullString
-	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros).Scan(&seq, &retJSON); err != nil {
+	var retJSON, cfg sql.NullString
+	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros).Scan(&seq, &retJSON, &cfg); err != nil {
 		return err
 	}
 	stored, dedup, err := s.storeState(ctx, w, sj)
@@ -281,6 +281,9 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
 		StoredBytes: stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: dedup}
+	if r.AssumeNoSources && cfg.Valid { // the caller's belief, checked where it counts
+		sj.res.ConfiguredSources = s.sourcesOf(r.WorkflowID, cfg)
+	}
 
 	ret := s.parseRetention(r.WorkflowID, retJSON)
 	if ret.KeepLast > 0 || ret.MaxAgeSeconds > 0 {
