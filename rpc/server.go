@@ -172,6 +172,7 @@ func New(st store.Backend, opts Options) *Server {
 		MaxBody:       2*opts.MaxStateBytes + 1<<20,
 		MaxAttachment: opts.MaxStateBytes,
 	}, opts.Logger)
+	s.codec.out.othersBusy = func() bool { return s.flow.active.Load() > 1 }
 	s.methods = map[string]method{
 		protocol.MethodInitialize:   {kindRead, s.initialize},
 		protocol.MethodSave:         {kindMutation, s.save},
