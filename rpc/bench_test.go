@@ -1,3 +1,5 @@
+//go:build unix
+
 package rpc
 
 import (
@@ -178,3 +180,4 @@ func (c *benchConn) load(id string) {
 		c.b.Fatalf("load: no state attachment: %.300s", f.Body)
 	}
 }
+
