@@ -180,4 +180,3 @@ func (c *benchConn) load(id string) {
 		c.b.Fatalf("load: no state attachment: %.300s", f.Body)
 	}
 }
-
