@@ -65,6 +65,11 @@ type Store struct {
 
 	wdb   *sql.DB   // the writer's pool (exactly one connection)
 	wconn *sql.Conn // held by the writer goroutine
+	// wmu is held by the writer goroutine while it uses wconn (a batch, a shrink), and by a read
+	// that borrows wconn while the writer is idle (hotRead, readpool.go); hot is that read's
+	// view of wconn (its own prepared statements), made on first use.
+	wmu   sync.Mutex
+	hot   *rconn
 	ws    *writeStmts
 	// wcache holds the writer connection's other prepared statements by SQL text (wtx.wstmt);
 	// writer goroutine only.
@@ -513,6 +518,12 @@ func (s *Store) closeConns() {
 		_ = st.Close()
 		delete(s.wcache, q)
 	}
+	s.wmu.Lock()
+	if s.hot != nil {
+		s.hot.closeStmts()
+		s.hot = nil
+	}
+	s.wmu.Unlock()
 	if s.wconn != nil {
 		_ = s.wconn.Close()
 	}
