@@ -13,10 +13,11 @@ import (
 	"github.com/ckptd/ckptd/store"
 )
 
-// TestLoadOnWritersConnection: while the writer is idle a load runs on its connection (hotRead)
-// and answers exactly what a pooled connection answers, including what another process changed
-// since (its commit invalidates that connection's cache like any other's); while a batch runs,
-// loads go to the pool. Saves and loads racing each other stay correct.
+// TestLoadOnWritersConnection: while the writer is idle a load of what this store saved lately
+// runs on its connection (hotRead) and answers exactly what a pooled connection answers,
+// including what another process changed since (its commit invalidates that connection's cache
+// like any other's); what another process saved, and any load while a batch runs, goes to the
+// pool. Saves and loads racing each other stay correct.
 func TestLoadOnWritersConnection(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "h.db")
@@ -45,9 +46,20 @@ func TestLoadOnWritersConnection(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, res.CheckpointID, latest.CheckpointID)
 
+	assert.True(t, s.savedRecently(recentCheckpoint(res.CheckpointID)))
+	assert.True(t, s.savedRecently(recentWorkflow("wf", "")))
+
 	// another process deletes it: the writer's connection sees that at its next read
 	other, err := open(ctx, Options{Options: store.Options{Path: path}, noBackground: true})
 	require.NoError(t, err)
+	// what another process saved is read through the pool, from the file
+	theirs, err := other.Save(ctx, store.SaveRequest{WorkflowID: "theirs", State: []byte(`{"n":2}`), StateType: store.StateJSON})
+	require.NoError(t, err)
+	assert.False(t, s.savedRecently(recentCheckpoint(theirs.CheckpointID)))
+	assert.False(t, s.savedRecently(recentWorkflow("theirs", "")))
+	cp, err := s.Load(ctx, theirs.CheckpointID)
+	require.NoError(t, err)
+	assert.Equal(t, `{"n":2}`, string(cp.State))
 	n, err := other.Delete(ctx, res.CheckpointID)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -56,6 +68,10 @@ func TestLoadOnWritersConnection(t *testing.T) {
 	assert.ErrorIs(t, err, store.ErrNotFound)
 
 	// a batch in progress keeps the connection: the read goes to the pool
+	for i := 0; i < 2*maxRecent; i++ {
+		s.recent.add(fmt.Sprint(i)) // the oldest are forgotten
+	}
+	assert.False(t, s.savedRecently(recentWorkflow("wf", "")))
 	s.wmu.Lock()
 	tx, _, err = s.hotRead(ctx)
 	require.NoError(t, err)

@@ -193,7 +193,7 @@ func (s *Store) readWrites(ctx context.Context, tx *rtx, checkpointID string) ([
 // a *CorruptError; an unknown one ErrNotFound.
 func (s *Store) Load(ctx context.Context, checkpointID string) (store.Checkpoint, error) {
 	var cp store.Checkpoint
-	err := s.readTxHot(ctx, func(tx *rtx) error {
+	err := s.readTxHot(ctx, recentCheckpoint(checkpointID), func(tx *rtx) error {
 		var err error
 		cp, err = s.loadOne(ctx, tx, "c.checkpoint_id = ?", checkpointID)
 		return err
@@ -219,7 +219,7 @@ func (s *Store) Load(ctx context.Context, checkpointID string) (store.Checkpoint
 // one is corrupt, the *CorruptError of the newest.
 func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (store.LoadResult, error) {
 	var res store.LoadResult
-	err := s.readTxHot(ctx, func(tx *rtx) error {
+	err := s.readTxHot(ctx, recentWorkflow(workflowID, namespace), func(tx *rtx) error {
 		res = store.LoadResult{}
 		rows, err := s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
 			ORDER BY seq DESC`, workflowID, namespace)

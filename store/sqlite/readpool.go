@@ -67,13 +67,17 @@ func (p *readPool) get(ctx context.Context) (*rconn, error) {
 		p.open++
 		p.mu.Unlock()
 		rc, err := p.dial(ctx)
-		if err != nil {
-			p.mu.Lock()
-			p.open--
+		if err == nil {
+			return rc, nil
+		}
+		p.mu.Lock()
+		p.open--
+		if p.open == 0 {
 			p.mu.Unlock()
 			return nil, err
 		}
-		return rc, nil
+		// Another connection exists (the database's path may name another file by now, which
+		// the connector refuses to open): wait for it.
 	}
 	p.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -271,77 +275,6 @@ func (s *Store) withRead(ctx context.Context, inTx bool, f func(tx *rtx) error) 
 // readTx runs f in a read transaction (one snapshot), retried while the database is busy.
 func (s *Store) readTx(ctx context.Context, f func(tx *rtx) error) error {
 	return s.withRead(ctx, true, f)
-}
-
-// readTxHot is readTx for a read of one checkpoint: while the writer is idle it runs on the
-// writer's own connection (hotRead), else like readTx.
-func (s *Store) readTxHot(ctx context.Context, f func(tx *rtx) error) error {
-	return s.retry(ctx, func() error {
-		tx, end, err := s.hotRead(ctx)
-		if err != nil {
-			return err
-		}
-		if tx == nil {
-			tx, end, err = s.openRead(ctx, true)
-			if err != nil {
-				return err
-			}
-		}
-		defer end()
-		return f(tx)
-	})
-}
-
-// hotRead begins a read transaction on the writer's connection when the writer is idle (nothing
-// queued, no batch running): nil when it is not. Every commit makes the pooled connections drop
-// their whole page cache (SQLite sees the WAL changed), so a read right after a save reads every
-// page it needs again, from the WAL with pread(2): for a 1 KB checkpoint about 90 µs of a 140 µs
-// load. The writer's connection keeps the pages it wrote. A batch queued meanwhile waits for the
-// read to end (wmu), so only reads of one checkpoint take this path. What it reads is verified
-// like any read (SHA-256 of the state); pages it holds in memory are not read from the file
-// again: damage to the file under them is found by the pooled connections, another process, or
-// this connection once the idle store has given its cache back (memory.go).
-func (s *Store) hotRead(ctx context.Context) (*rtx, func(), error) {
-	if s.ws == nil || !s.wmu.TryLock() {
-		return nil, nil, nil
-	}
-	s.mu.Lock()
-	idle := len(s.queue) == 0 && !s.closed
-	s.mu.Unlock()
-	if !idle {
-		s.wmu.Unlock()
-		return nil, nil, nil
-	}
-	if err := ctx.Err(); err != nil {
-		s.wmu.Unlock()
-		return nil, nil, err
-	}
-	if s.hot == nil {
-		rc := &rconn{conn: s.wconn, stmts: map[string]*sql.Stmt{}}
-		var err error
-		if rc.begin, err = s.wconn.PrepareContext(bg, "BEGIN"); err == nil {
-			rc.rollback, err = s.wconn.PrepareContext(bg, "ROLLBACK")
-		}
-		if err != nil {
-			rc.closeStmts()
-			s.wmu.Unlock()
-			return nil, nil, nil // the pool will do
-		}
-		s.hot = rc
-	}
-	rc := s.hot
-	s.noteRead()
-	if _, err := rc.begin.ExecContext(bg); err != nil {
-		s.wmu.Unlock()
-		return nil, nil, err
-	}
-	end := func() {
-		if _, err := rc.rollback.ExecContext(bg); err != nil {
-			s.log.Warn("ckptd store: ending a read on the writer's connection failed", "err", err)
-		}
-		s.wmu.Unlock()
-	}
-	return &rtx{rc: rc}, end, nil
 }
 
 // readAuto runs f, which runs a single statement, on a read connection without a transaction.

@@ -241,6 +241,9 @@ func (s *Store) runBatch(batch []*job) {
 	}
 	s.wmu.Unlock() // before the callers hear of it: a load right after its save may borrow it
 	for _, j := range batch {
+		if j.err == nil && j.save != nil && !j.save.res.Existing {
+			s.noteSaved(j.save)
+		}
 		if j.err == nil {
 			for _, f := range j.post {
 				s.runHook(f)
