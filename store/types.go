@@ -142,6 +142,13 @@ type SaveRequest struct {
 	// FencingToken is the token of the writer's claim on the workflow (Claims), 0 for none:
 	// checked by CheckFence in the save's transaction. Not part of the idempotency digest.
 	FencingToken int64
+	// AssumeNoSources says the caller fingerprinted nothing because, as far as it knows, the
+	// workflow has no sources configured (the engine remembers that instead of reading the
+	// workflow's configuration before every save). The save's transaction checks it: if the
+	// workflow has sources configured after all (another process configured them meanwhile),
+	// the save is stored as it is, without a fingerprint, and SaveResult.ConfiguredSources holds
+	// them. Such a save carries no Manifest. Not part of the idempotency digest.
+	AssumeNoSources bool
 }
 
 // SaveResult is what a committed save reports.
@@ -155,6 +162,9 @@ type SaveResult struct {
 	Deduplicated bool   // the state bytes were already stored
 	Existing     bool   // idempotent repeat of an earlier identical save
 	Pruned       []string
+	// ConfiguredSources are the sources configured for the workflow when the request assumed
+	// none (SaveRequest.AssumeNoSources) but its transaction found some; nil otherwise.
+	ConfiguredSources json.RawMessage
 }
 
 // Summary describes a checkpoint without its state or task lists.

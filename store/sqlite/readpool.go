@@ -67,13 +67,17 @@ func (p *readPool) get(ctx context.Context) (*rconn, error) {
 		p.open++
 		p.mu.Unlock()
 		rc, err := p.dial(ctx)
-		if err != nil {
-			p.mu.Lock()
-			p.open--
+		if err == nil {
+			return rc, nil
+		}
+		p.mu.Lock()
+		p.open--
+		if p.open == 0 {
 			p.mu.Unlock()
 			return nil, err
 		}
-		return rc, nil
+		// Another connection exists (the database's path may name another file by now, which
+		// the connector refuses to open): wait for it.
 	}
 	p.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -146,6 +150,12 @@ func (p *readPool) close() {
 }
 
 func (rc *rconn) close() {
+	rc.closeStmts()
+	_ = rc.conn.Close()
+}
+
+// closeStmts closes rc's prepared statements, not its connection.
+func (rc *rconn) closeStmts() {
 	for _, st := range rc.stmts {
 		_ = st.Close()
 	}
@@ -154,7 +164,6 @@ func (rc *rconn) close() {
 			_ = st.Close()
 		}
 	}
-	_ = rc.conn.Close()
 }
 
 // stmt returns rc's prepared statement for q, preparing it on first use; nil (and no error) when
