@@ -33,6 +33,10 @@ import (
 // the next commit (until then SQLite's busy handler orders the two, as without a gate).
 type writeGate struct {
 	f *os.File
+	// seen: this store holds its presence lock, so other stores know it is there. One that could
+	// not take it (no lock left in the kernel's table) never counts itself alone: it cannot know
+	// whether the others count it, so it keeps taking turns.
+	seen bool
 }
 
 const (
@@ -49,12 +53,16 @@ func openGate(path string) *writeGate {
 		return nil
 	}
 	g := &writeGate{f: f}
-	_ = g.flock(unix.F_OFD_SETLK, unix.F_RDLCK, gatePresence) // never contended: no one holds it exclusively
+	// never contended (no one holds it exclusively), but it could fail (ENOLCK)
+	g.seen = g.flock(unix.F_OFD_SETLK, unix.F_RDLCK, gatePresence) == nil
 	return g
 }
 
 // alone reports whether no other open store (in this process or another) shares the database.
 func (g *writeGate) alone() bool {
+	if !g.seen {
+		return false
+	}
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: gatePresence, Len: 1}
 	if err := unix.FcntlFlock(g.f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
 		return false
