@@ -285,7 +285,7 @@ func (s *Server) readLoop(br *bufio.Reader) {
 			return
 		}
 		if run := s.handle(req); run != nil {
-			if inlineReads[req.Method] && br.Buffered() == 0 && s.inputIdle() {
+			if inlineRead(req) && br.Buffered() == 0 && s.inputIdle() {
 				run()
 				continue
 			}
@@ -297,11 +297,53 @@ func (s *Server) readLoop(br *bufio.Reader) {
 }
 
 // inlineReads are the reads that answer from the store in about the time of a request, which
-// readLoop runs on the reading goroutine when no other request waits to be read.
-var inlineReads = map[string]bool{
-	protocol.MethodInitialize: true, protocol.MethodLoad: true, protocol.MethodList: true,
-	protocol.MethodWorkflowList: true, protocol.MethodStats: true,
-	protocol.MethodLGGet: true, protocol.MethodLGList: true,
+// readLoop runs on the reading goroutine when no other request waits to be read: true for the
+// reads of one checkpoint (or tuple), "list" for the listings, inline only while they are
+// bounded (inlineList). While one runs nothing else is read, not even a cancellation: so none
+// of them may wait for long. stats is not one of them: it reads settings on the writer's
+// connection, which waits for the writer's statement in progress (a BEGIN IMMEDIATE behind
+// another process's transaction, a bite of a deletion).
+var inlineReads = map[string]string{
+	protocol.MethodInitialize: "true", protocol.MethodLoad: "true", protocol.MethodLGGet: "true",
+	protocol.MethodList: "list", protocol.MethodWorkflowList: "list", protocol.MethodLGList: "list",
+}
+
+// inlineMaxRows bounds the page a listing run inline may ask for (checkpoint/list's default is
+// 100, workflow/list's 1000; lg/list without a limit lists everything).
+const inlineMaxRows = 1000
+
+// inlineRead reports whether req is a quick read (inlineReads).
+func inlineRead(req *Request) bool {
+	switch inlineReads[req.Method] {
+	case "true":
+		return true
+	case "list":
+		return inlineList(req.Method, req.In.Params)
+	}
+	return false
+}
+
+// inlineList reports whether a listing's params ask for a bounded page without a metadata
+// filter (which may read many rows for each it returns). Params that do not decode are answered
+// by the handler with an error, at once.
+func inlineList(method string, params json.RawMessage) bool {
+	if !bytes.Contains(params, []byte(`"limit"`)) && !bytes.Contains(params, []byte(`"metadata"`)) {
+		return method != protocol.MethodLGList // its default is no limit at all
+	}
+	var p struct {
+		Limit    *int            `json:"limit"`
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return true
+	}
+	if m := bytes.TrimSpace(p.Metadata); len(m) > 0 && !bytes.Equal(m, []byte("null")) && !bytes.Equal(m, []byte("{}")) {
+		return false
+	}
+	if p.Limit == nil {
+		return method != protocol.MethodLGList
+	}
+	return *p.Limit <= inlineMaxRows
 }
 
 // inputIdle reports whether nothing waits to be read from the connection's input (false when
