@@ -131,6 +131,33 @@ func (p *readPool) put(rc *rconn, bad bool) {
 	p.free <- rc // never blocks: at most size connections exist
 }
 
+// warm opens the connections of the pool not open yet, one at a time, runs read on each (so
+// that it holds the database file and its WAL open) and leaves it free. A read that takes one
+// meanwhile is welcome to it: warm never waits for a connection the pool does not count.
+func (p *readPool) warm(ctx context.Context, read func(rc *rconn) error) error {
+	for {
+		p.mu.Lock()
+		if p.closed || p.open >= p.size {
+			p.mu.Unlock()
+			return nil
+		}
+		p.open++
+		p.mu.Unlock()
+		rc, err := p.dial(ctx)
+		if err != nil {
+			p.mu.Lock()
+			p.open--
+			p.mu.Unlock()
+			return err
+		}
+		err = read(rc)
+		p.put(rc, err != nil)
+		if err != nil {
+			return err
+		}
+	}
+}
+
 // close closes the free connections now and the others as they are returned.
 func (p *readPool) close() {
 	p.mu.Lock()

@@ -510,7 +510,19 @@ func (s *Store) warmReadPool(ctx context.Context) error {
 	s.bgWG.Add(1)
 	go func() {
 		defer s.bgWG.Done()
-		if err := s.warmReaders(context.WithoutCancel(ctx), readPoolSize); err != nil {
+		ctx := context.WithoutCancel(ctx)
+		// Through the read pool, one connection at a time: reads may already hold some of its
+		// connections (pinned for good), so the warm-up must never wait for a connection of
+		// rdb while holding another.
+		err := s.rpool.warm(ctx, func(rc *rconn) error {
+			return s.retry(ctx, func() error {
+				var n int
+				return rc.conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n)
+			})
+		})
+		if err != nil && isDamaged(err) {
+			s.observe(err) // reads will say what fails
+		} else if err != nil {
 			s.log.Debug("ckptd store: opening the read connections failed", "err", err)
 		}
 	}()
