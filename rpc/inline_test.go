@@ -9,13 +9,13 @@ import (
 
 // TestInlineRead: the reads readLoop may run on the reading goroutine are those bounded in the
 // rows they read: loads, and listings of a bounded page without a metadata filter; never stats
-// (it waits for the writer's connection) nor a mutation.
+// (it waits for the writer's connection), initialize (it may wait for PostgreSQL) nor a mutation.
 func TestInlineRead(t *testing.T) {
 	for _, tc := range []struct {
 		method, params string
 		want           bool
 	}{
-		{protocol.MethodInitialize, `{}`, true},
+		{protocol.MethodInitialize, `{"events":["checkpoint/saved"]}`, false},
 		{protocol.MethodLoad, `{"workflowId":"w"}`, true},
 		{protocol.MethodLGGet, `{"threadId":"t","namespace":""}`, true},
 		{protocol.MethodStats, `{}`, false},

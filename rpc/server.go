@@ -302,9 +302,10 @@ func (s *Server) readLoop(br *bufio.Reader) {
 // bounded (inlineList). While one runs nothing else is read, not even a cancellation: so none
 // of them may wait for long. stats is not one of them: it reads settings on the writer's
 // connection, which waits for the writer's statement in progress (a BEGIN IMMEDIATE behind
-// another process's transaction, a bite of a deletion).
+// another process's transaction, a bite of a deletion); nor initialize (once per connection,
+// and its events may wait for PostgreSQL's LISTEN connection).
 var inlineReads = map[string]string{
-	protocol.MethodInitialize: "true", protocol.MethodLoad: "true", protocol.MethodLGGet: "true",
+	protocol.MethodLoad: "true", protocol.MethodLGGet: "true",
 	protocol.MethodList: "list", protocol.MethodWorkflowList: "list", protocol.MethodLGList: "list",
 }
 
