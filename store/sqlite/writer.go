@@ -134,7 +134,9 @@ func (s *Store) writerLoop() {
 			}
 			s.mu.Unlock()
 			if s.shrinkWriter.Swap(false) { // idle: give the page cache back (memory.go)
+				s.wmu.Lock()
 				_, _ = s.wconn.ExecContext(context.Background(), "PRAGMA shrink_memory")
+				s.wmu.Unlock()
 			}
 			<-s.wake
 			s.mu.Lock()
@@ -183,6 +185,7 @@ func (s *Store) runBatch(batch []*job) {
 	}
 	start := time.Now()
 	delay := time.Millisecond
+	s.wmu.Lock() // a read borrowing the connection (hotRead) finishes first
 	for {
 		in := s.gate.enter() // take turns with the other processes writing to this database
 		err := s.tryBatchSafe(ctx, batch)
@@ -239,7 +242,11 @@ func (s *Store) runBatch(batch []*job) {
 	if vacuum {
 		s.vacuumNow(ctx)
 	}
+	s.wmu.Unlock() // before the callers hear of it: a load right after its save may borrow it
 	for _, j := range batch {
+		if j.err == nil && j.save != nil && !j.save.res.Existing {
+			s.noteSaved(j.save)
+		}
 		if j.err == nil {
 			for _, f := range j.post {
 				s.runHook(f)
