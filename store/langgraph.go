@@ -48,6 +48,8 @@ type LGBlob struct {
 	Staged int64
 	// Delta, in a put, says Data is only the middle of the value (ResolveLGDeltas).
 	Delta *LGDelta
+	// sum is Data's SHA-256 once a delta was resolved (checked there): not hashed again.
+	sum *[32]byte
 }
 
 // LGWrite is one pending write of a task.
@@ -693,7 +695,7 @@ func PrepareLGPut(req LGPutRequest, pk LGPacker, now time.Time) (*LGPrepared, er
 			p.Blobs[i] = pk.Plain(b.Data)
 			continue
 		}
-		p.Blobs[i] = pk.Value(req.ThreadID, req.Namespace, b.Channel, b.Version, b.Data)
+		p.Blobs[i] = pk.value(req.ThreadID, req.Namespace, b.Channel, b.Version, b.Data, b.sum)
 	}
 	if req.CheckpointStaged == 0 {
 		p.CP = pk.Plain(req.Checkpoint)

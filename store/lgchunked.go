@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -197,6 +198,10 @@ func ResolveLGDeltas(ctx context.Context, req *LGPutRequest, cache *LGValueCache
 			}
 			return fmt.Errorf("%s: %w", field, firstErr)
 		}
+		sum, err := hex.DecodeString(d.SHA256)
+		if err == nil && len(sum) == sha256.Size {
+			b.sum = (*[32]byte)(sum)
+		}
 		b.Data, b.Delta = out, nil
 	}
 	return nil
@@ -230,6 +235,11 @@ type LGPacker struct {
 // channel's last value. A chunked value comes back with Enc EncChunked, Data its index, SHA the
 // raw value's SHA-256 and CV set.
 func (pk LGPacker) Value(thread, ns, channel, version string, v []byte) Packed {
+	return pk.value(thread, ns, channel, version, v, nil)
+}
+
+// value is Value with v's SHA-256 already known when sum is not nil.
+func (pk LGPacker) value(thread, ns, channel, version string, v []byte, sum *[32]byte) Packed {
 	if chunk.Inline(len(v)) {
 		p := Pack(v, pk.Threshold)
 		if pk.Cache != nil && len(v) > 0 {
@@ -241,7 +251,7 @@ func (pk LGPacker) Value(thread, ns, channel, version string, v []byte) Packed {
 	if e := pk.Cache.Last(thread, ns, channel); e != nil {
 		base = e.Base()
 	}
-	cv := NewChunkedValue(v, base, pk.Codec, pk.Threshold >= 0 && len(v) > pk.Threshold)
+	cv := newChunkedValue(v, sum, base, pk.Codec, pk.Threshold >= 0 && len(v) > pk.Threshold)
 	if pk.Cache != nil { // a copy: v may be part of a larger request buffer
 		pk.Cache.Put(thread, ns, channel, version, bytes.Clone(v), cv.Index.SHA256, &cv.Recipe)
 	}
