@@ -421,7 +421,9 @@ def test_keep_last_over_a_long_chat(db: str, backend: str, ckptd_bin: str, ref: 
         kept = json.loads(subprocess.run([ckptd_bin, "threads", "--json", "--db", db], check=True, capture_output=True).stdout)
         stored = sum(t["storedBytes"] for t in kept["threads"])
         size = os.path.getsize(db)
-        assert size <= 1.5 * stored, (size, stored)
+        # the channel values are chunked (~2 KiB chunks, one or two to a 4 KiB page: a quarter of
+        # the chunks' pages is slack), so the file is up to ~1.7x what the threads keep
+        assert size <= 1.75 * stored, (size, stored)
 
 
 def test_idle_thread_gone_after_the_next_sweep(db: str, ckptd_bin: str) -> None:
