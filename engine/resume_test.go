@@ -47,6 +47,11 @@ func (f *fakeCheckpoints) IsCompleted(context.Context, string) (bool, error) {
 
 func (f *fakeCheckpoints) Enqueue(store.SaveRequest) *store.Pending { panic("gather never saves") }
 
+func (f *fakeCheckpoints) StateBase(ctx context.Context, id string) ([]byte, error) {
+	cp, err := f.Load(ctx, id)
+	return cp.State, err
+}
+
 func ckpt(id, wf, phase string, step int64) store.Checkpoint {
 	return store.Checkpoint{Summary: store.Summary{CheckpointID: id, WorkflowID: wf, Phase: store.Phase(phase), Step: step,
 		WorkflowHash: "h1", FormatVersion: store.FormatVersion}}

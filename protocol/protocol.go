@@ -116,6 +116,19 @@ type SaveParams struct {
 	FencingToken *int64 `json:"fencingToken"`
 	// Validation is the step's score of its result, classified against the workflow's rules.
 	Validation *ValidationParams `json:"validation"`
+	// StateDelta says the attachment holds only the middle of the state: the rest is kept from
+	// the state of another checkpoint (docs/protocol.md, "Wire deltas").
+	StateDelta *StateDelta `json:"stateDelta"`
+}
+
+// StateDelta is checkpoint/save's stateDelta: the state is the base checkpoint's state with
+// its first keepPrefix and last keepSuffix bytes kept and the attachment in between; sha256 is
+// the hex SHA-256 of the result.
+type StateDelta struct {
+	BaseCheckpointID *string `json:"baseCheckpointId"`
+	KeepPrefix       *int64  `json:"keepPrefix"`
+	KeepSuffix       *int64  `json:"keepSuffix"`
+	SHA256           *string `json:"sha256"`
 }
 
 // SaveResult answers checkpoint/save.
@@ -408,6 +421,9 @@ type Counters struct {
 	BytesOut          int64 `json:"bytesOut"`
 	Deduplicated      int64 `json:"deduplicated"`
 	Pruned            int64 `json:"pruned"`
+	// DeltaSaves counts the saves sent as a wire delta (stateDelta); their BytesIn are the
+	// middle bytes sent, not the state rebuilt.
+	DeltaSaves int64 `json:"deltaSaves"`
 }
 
 // DBStats describes the database.
@@ -419,6 +435,8 @@ type DBStats struct {
 	Checkpoints       int    `json:"checkpoints"`
 	States            int    `json:"states"`
 	StatesStoredBytes int64  `json:"statesStoredBytes"`
+	// Storage is the database's logical and stored bytes (store.Footprint), every value counted.
+	Storage *StorageStats `json:"storage,omitempty"`
 	// Pragmas are the backend's settings (store.Health): on SQLite the settings in force on the
 	// connection saves commit through (sqlite.PragmaNames; docs/durability.md), e.g.
 	// "synchronous": "2" for --durability full.
@@ -467,6 +485,36 @@ type StatsResult struct {
 	Counters      Counters                `json:"counters"`
 	Latency       map[string]LatencyStats `json:"latency"`
 	DB            DBStats                 `json:"db"`
+	// Workflow and Thread answer the params of the same names: that workflow's or thread's
+	// logical and stored bytes.
+	Workflow *Footprint `json:"workflow,omitempty"`
+	Thread   *Footprint `json:"thread,omitempty"`
+}
+
+// StatsParams are stats' optional params: a workflow and a LangGraph thread whose footprint to
+// report.
+type StatsParams struct {
+	WorkflowID *string `json:"workflowId"`
+	ThreadID   *string `json:"threadId"`
+}
+
+// Footprint is what values take (store.Footprint): their bytes as saved, the bytes stored for
+// them, and the ratio of the two (0 when nothing is stored).
+type Footprint struct {
+	WorkflowID   string  `json:"workflowId,omitempty"`
+	ThreadID     string  `json:"threadId,omitempty"`
+	LogicalBytes int64   `json:"logicalBytes"`
+	StoredBytes  int64   `json:"storedBytes"`
+	Ratio        float64 `json:"ratio"`
+}
+
+// StorageStats is the database's footprint as a whole, and how many chunks and runs it stores.
+type StorageStats struct {
+	LogicalBytes int64   `json:"logicalBytes"`
+	StoredBytes  int64   `json:"storedBytes"`
+	Ratio        float64 `json:"ratio"`
+	Chunks       int64   `json:"chunks"`
+	Runs         int64   `json:"runs"`
 }
 
 // SavedEvent is the checkpoint/saved notification.

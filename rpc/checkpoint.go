@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk/delta"
 )
 
 const (
@@ -87,12 +89,65 @@ func maxLen(field string, n, max int) *jsonrpc2.Error {
 
 // saveRequest validates checkpoint/save params and the frame's attachment; validation is the
 // save's validation param (rpc/compensation.go), if any.
-func (s *Server) saveRequest(c *call) (req store.SaveRequest, validation *engine.ValidationInput, perr *jsonrpc2.Error) {
-	req, perr = s.saveParams(c, &validation)
+func (s *Server) saveRequest(ctx context.Context, c *call) (req store.SaveRequest, validation *engine.ValidationInput, perr *jsonrpc2.Error) {
+	req, perr = s.saveParams(ctx, c, &validation)
 	return req, validation, perr
 }
 
-func (s *Server) saveParams(c *call, validation **engine.ValidationInput) (store.SaveRequest, *jsonrpc2.Error) {
+// stateDelta checks checkpoint/save's stateDelta param (its members' presence and form; what
+// depends on the base is engine.ApplyStateDelta's).
+func stateDelta(d *protocol.StateDelta, attachment bool) (engine.StateDelta, *jsonrpc2.Error) {
+	if !attachment {
+		return engine.StateDelta{}, invalidParams("stateDelta", "requires stateAttachment: true (the attachment holds the middle bytes)")
+	}
+	if d.BaseCheckpointID == nil {
+		return engine.StateDelta{}, invalidParams("stateDelta.baseCheckpointId", "required")
+	}
+	if err := requireID("stateDelta.baseCheckpointId", *d.BaseCheckpointID, maxCheckpointIDBytes); err != nil {
+		return engine.StateDelta{}, err
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"stateDelta.keepPrefix", d.KeepPrefix}, {"stateDelta.keepSuffix", d.KeepSuffix}} {
+		if f.v == nil {
+			return engine.StateDelta{}, invalidParams(f.name, "required")
+		}
+		if *f.v < 0 {
+			return engine.StateDelta{}, invalidParams(f.name, fmt.Sprintf("%d is negative", *f.v))
+		}
+	}
+	if d.SHA256 == nil {
+		return engine.StateDelta{}, invalidParams("stateDelta.sha256", "required")
+	}
+	return engine.StateDelta{BaseCheckpointID: *d.BaseCheckpointID, KeepPrefix: *d.KeepPrefix, KeepSuffix: *d.KeepSuffix,
+		SHA256: *d.SHA256}, nil
+}
+
+// applyDelta rebuilds the state of a save sent as a delta, mapping the engine's errors to the
+// protocol's: a missing base -32001 naming it, a bad delta -32602 naming its field, a rebuilt
+// state over --max-state-size -32004.
+func (s *Server) applyDelta(ctx context.Context, d engine.StateDelta, middle []byte) ([]byte, *jsonrpc2.Error) {
+	state, err := s.engine.ApplyStateDelta(ctx, d, middle, s.opts.MaxStateBytes)
+	if err == nil {
+		return state, nil
+	}
+	var de *delta.Error
+	var tl *store.TooLargeError
+	var ce *store.CorruptError
+	switch {
+	case errors.As(err, &de):
+		return nil, invalidParams(de.Path(), de.Reason)
+	case errors.As(err, &tl):
+		return nil, rpcError(protocol.CodeTooLarge, fmt.Sprintf("state too large: %d bytes rebuilt from stateDelta, limit %d (--max-state-size)",
+			tl.Size, tl.Limit), map[string]int64{"limit": tl.Limit, "size": tl.Size})
+	case errors.As(err, &ce):
+		s.reportCorrupt(ce.WorkflowID, ce)
+	}
+	return nil, storeErrorWith(err, "checkpointId", d.BaseCheckpointID)
+}
+
+func (s *Server) saveParams(ctx context.Context, c *call, validation **engine.ValidationInput) (store.SaveRequest, *jsonrpc2.Error) {
 	// state and stateBase64 are not decoded into the struct (that would copy a state of up to
 	// --max-state-size): the raw values are sub-slices of the frame body.
 	var p struct {
@@ -215,12 +270,27 @@ func (s *Server) saveParams(c *call, validation **engine.ValidationInput) (store
 	if c.hasAttachment && !p.StateAttachment {
 		return req, invalidParams("stateAttachment", "the frame carries an attachment but stateAttachment is not true")
 	}
+	var d engine.StateDelta
+	if p.StateDelta != nil {
+		var perr *jsonrpc2.Error
+		if d, perr = stateDelta(p.StateDelta, p.StateAttachment); perr != nil {
+			return req, perr
+		}
+	}
 	switch {
 	case p.StateAttachment:
 		if !c.hasAttachment {
 			return req, invalidParams("stateAttachment", "true, but the frame has no Ckptd-Attachment-Length attachment")
 		}
 		req.State = c.attachment
+		if p.StateDelta != nil {
+			var perr *jsonrpc2.Error
+			if req.State, perr = s.applyDelta(ctx, d, c.attachment); perr != nil {
+				return req, perr
+			}
+			req.StateSHA256, _ = hex.DecodeString(d.SHA256) // what the rebuilt state was checked against
+			c.delta = true
+		}
 		switch p.StateType {
 		case "", "json":
 			req.StateType = store.StateJSON
@@ -301,7 +371,7 @@ const concurrentCheckMin = 32 << 10
 
 func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	start := time.Now()
-	req, validation, perr := s.saveRequest(c)
+	req, validation, perr := s.saveRequest(ctx, c)
 	if perr != nil {
 		s.metrics.failures.Add(1)
 		return reply{}, perr
@@ -324,7 +394,12 @@ func (s *Server) save(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 	}
 	res := saved.Result
 	s.metrics.saves.Add(1)
-	s.metrics.bytesIn.Add(int64(len(req.State)))
+	if c.delta {
+		s.metrics.deltas.Add(1)
+		s.metrics.bytesIn.Add(int64(len(c.attachment))) // what came through the pipe
+	} else {
+		s.metrics.bytesIn.Add(int64(len(req.State)))
+	}
 	if res.Deduplicated {
 		s.metrics.dedup.Add(1)
 	}

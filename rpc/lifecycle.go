@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -77,8 +78,44 @@ func (s *Server) shutdown(req *Request) {
 }
 
 func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
-	if err := decodeParams(c.params, &struct{}{}); err != nil { // none taken, but params must be an object
+	var p protocol.StatsParams
+	if err := decodeParams(c.params, &p); err != nil {
 		return reply{}, err
+	}
+	req := store.FootprintRequest{}
+	if p.WorkflowID != nil {
+		req.Workflows = []string{*p.WorkflowID}
+	}
+	if p.ThreadID != nil {
+		req.Threads = []string{*p.ThreadID}
+	}
+	var storage *protocol.StorageStats
+	var wfFoot, thFoot *protocol.Footprint
+	fp, ferr := s.store.Footprints(ctx, req)
+	switch {
+	case ferr == nil:
+		storage = &protocol.StorageStats{LogicalBytes: fp.Total.LogicalBytes, StoredBytes: fp.Total.StoredBytes,
+			Ratio: fp.Total.Ratio(), Chunks: fp.Chunks, Runs: fp.Runs}
+		if p.WorkflowID != nil {
+			f, ok := fp.Workflows[*p.WorkflowID]
+			if !ok {
+				return reply{}, rpcError(protocol.CodeNotFound, fmt.Sprintf("workflow %q not found", *p.WorkflowID),
+					map[string]string{"workflowId": *p.WorkflowID})
+			}
+			wfFoot = &protocol.Footprint{WorkflowID: *p.WorkflowID, LogicalBytes: f.LogicalBytes, StoredBytes: f.StoredBytes, Ratio: f.Ratio()}
+		}
+		if p.ThreadID != nil {
+			f, ok := fp.Threads[*p.ThreadID]
+			if !ok {
+				return reply{}, rpcError(protocol.CodeNotFound, fmt.Sprintf("thread %q not found", *p.ThreadID),
+					map[string]string{"threadId": *p.ThreadID})
+			}
+			thFoot = &protocol.Footprint{ThreadID: *p.ThreadID, LogicalBytes: f.LogicalBytes, StoredBytes: f.StoredBytes, Ratio: f.Ratio()}
+		}
+	case p.WorkflowID != nil || p.ThreadID != nil:
+		return reply{}, storeError(ferr)
+	default: // the totals are diagnostics: stats still answers
+		s.log.Warn("stats: cannot add up the storage footprint", "error", ferr)
 	}
 	db, err := s.store.Stats(ctx)
 	if err != nil {
@@ -109,10 +146,13 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 			Checkpoints:       db.Checkpoints,
 			States:            db.States,
 			StatesStoredBytes: db.StatesStoredBytes,
+			Storage:           storage,
 			Pragmas:           health.SettingsMap(),
 			Compaction:        protocol.CompactionStats(s.store.CompactionStats()),
 			BlobCache:         protocol.BlobCacheStats(s.store.BlobCacheStats()),
 			WritesStopped:     stopped,
 		},
+		Workflow: wfFoot,
+		Thread:   thFoot,
 	}}, nil
 }

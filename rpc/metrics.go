@@ -13,8 +13,8 @@ import (
 
 // metrics are the counters and latency samples reported by stats.
 type metrics struct {
-	saves, loads, failures, integrity, bytesIn, bytesOut, dedup, pruned atomic.Int64
-	save, load                                                          *latency
+	saves, loads, failures, integrity, bytesIn, bytesOut, dedup, pruned, deltas atomic.Int64
+	save, load                                                                  *latency
 	// byMethod times every method from the moment it may start (after the requests it is
 	// ordered behind) until its reply is written. Filled once in New, read-only afterwards.
 	byMethod map[string]*latency
@@ -51,6 +51,7 @@ func (m *metrics) counters() protocol.Counters {
 		BytesOut:          m.bytesOut.Load(),
 		Deduplicated:      m.dedup.Load(),
 		Pruned:            m.pruned.Load(),
+		DeltaSaves:        m.deltas.Load(),
 	}
 }
 

@@ -125,6 +125,7 @@ type call struct {
 	hasAttachment bool
 	release       func()          // for mutations: lets the next mutation start
 	sources       json.RawMessage // checkpoint/save's sources param (saveSources, rpc/drift.go)
+	delta         bool            // checkpoint/save: the state was sent as a stateDelta
 }
 
 // reply is a handler's answer. rawFields are spliced into the marshalled result byte-for-byte

@@ -29,6 +29,11 @@ type Checkpoints interface {
 	List(ctx context.Context, f ListFilter) ([]Summary, error)
 	// Summaries returns the stored (unverified) summaries of those of ids that exist, by id.
 	Summaries(ctx context.Context, ids []string) (map[string]Summary, error)
+	// StateBase returns the state of a checkpoint as the base of a wire delta (checkpoint/save
+	// stateDelta): from the backend's StateCache when it holds it, else loaded and verified.
+	// ErrNotFound if the checkpoint does not exist (missing or pruned), a *CorruptError if its
+	// state fails verification; the empty base for a checkpoint without state.
+	StateBase(ctx context.Context, checkpointID string) ([]byte, error)
 	// Inspect reads a checkpoint like Load but reports a failed verification in Corrupt.
 	Inspect(ctx context.Context, checkpointID string) (Inspection, error)
 	// Delete removes one checkpoint with its pending writes; 0 if it does not exist.
@@ -192,6 +197,9 @@ type Maintenance interface {
 	Stats(ctx context.Context) (DBStats, error)
 	// Usage adds up checkpoint sizes and counts workflows by state.
 	Usage(ctx context.Context) (Usage, error)
+	// Footprints reports the logical and stored bytes (Footprint) of the database and of the
+	// workflows and LangGraph threads req names, from one snapshot.
+	Footprints(ctx context.Context, req FootprintRequest) (FootprintReport, error)
 	// Health reports the backend's own figures and settings.
 	Health(ctx context.Context) (Health, error)
 	// Condition reports whether the backend still accepts writes, and if not why (the database

@@ -18,7 +18,27 @@ const (
 	EncZstd        = 1 // one zstd frame
 	EncZstdChunked = 2 // chunk table + independent zstd frames, (de)compressed in parallel
 	EncRawPending  = 3 // raw, waiting for a background compactor; read like EncRaw
+	// EncChunked: the value is stored as shared chunks (store/chunked.go); its row's data holds
+	// the addresses of its runs (chunk.Index). Never decoded by Decode.
+	EncChunked = 4
 )
+
+// EncodingName names a stored encoding for people (ckptd show, checkpoint/inspect).
+func EncodingName(enc int) string {
+	switch enc {
+	case EncZstd:
+		return "zstd"
+	case EncZstdChunked:
+		return "chunked zstd"
+	case EncRaw:
+		return "raw"
+	case EncRawPending:
+		return "raw (compression pending)"
+	case EncChunked:
+		return "chunked"
+	}
+	return fmt.Sprintf("unknown(%d)", enc)
+}
 
 // minChunk is the smallest raw chunk of EncZstdChunked.
 const minChunk = 32 << 10

@@ -12,6 +12,9 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/ckptd/ckptd/store/chunk"
+	"github.com/ckptd/ckptd/store/chunk/delta"
 )
 
 // What a save becomes before a backend writes it: validated, hashed, compressed, with its
@@ -34,9 +37,16 @@ type SavePolicy struct {
 	MaxStateBytes     int64
 	CompressThreshold int // < 0: never compress
 	// Defer stores compressible states of up to DeferCompressMax raw (EncRawPending) for a
-	// background compactor instead of compressing them now.
+	// background compactor instead of compressing them now; with Chunk, also the states over
+	// chunk.InlineMax (of up to DeferCompressMax) that are not an edit of the workflow's
+	// previous state, for the compactor to cut into chunks (PreparedSave.ChunkLater).
 	Defer bool
 	Log   *slog.Logger
+	// Chunk stores states larger than chunk.InlineMax as chunks (PreparedSave.Chunked).
+	Chunk bool
+	// Base, if set, returns the value a state of (workflowID, namespace) is probably an edit
+	// of (StateCache.Last), or nil: the state is then cut only around the change.
+	Base func(workflowID, namespace string) *ValueBase
 }
 
 // PreparedSave is a SaveRequest made ready to store.
@@ -56,6 +66,22 @@ type PreparedSave struct {
 	ContentHash []byte      // idempotency digest over every saved field (not the manifest)
 	// ValidationJSON is Req.Validation's stored record (EncodeValidation), nil without one.
 	ValidationJSON []byte
+	// Chunked is the state cut into chunks when it is stored chunked (Encoding EncChunked, Data
+	// its index); nil otherwise.
+	Chunked *ChunkedValue
+	// ChunkLater: the state (over chunk.InlineMax, new content) is stored whole and raw
+	// (EncRawPending) for the backend's compactor to cut into chunks (SavePolicy.Defer).
+	ChunkLater bool
+}
+
+// extends reports whether v is an edit of base: they share a prefix and a suffix covering at
+// least half of v (delta.Compute), so that cutting v from base stores only a few chunks.
+func extends(base *ValueBase, v []byte) bool {
+	if base == nil || base.Value == nil {
+		return false
+	}
+	kp, ks, _ := delta.Compute(base.Value, v)
+	return int64(kp+ks)*2 >= int64(len(v))
 }
 
 // Prepare validates req and fills p. An invalid request gives an *InvalidError (or a
@@ -155,25 +181,32 @@ func (p *PreparedSave) Prepare(req SaveRequest, pol *SavePolicy) error {
 		if threshold < 0 {
 			threshold = len(r.State)
 		}
-		if len(r.State) > threshold && len(r.State) <= DeferCompressMax && pol.Defer {
-			// Stored raw now, compressed by the compactor once the writer is idle.
-			sum := sha256.Sum256(r.State)
+		var base *ValueBase
+		if pol.Chunk && !chunk.Inline(len(r.State)) && pol.Base != nil {
+			base = pol.Base(r.WorkflowID, r.Namespace)
+		}
+		var sum *[32]byte
+		if len(r.StateSHA256) == sha256.Size {
+			sum = (*[32]byte)(r.StateSHA256)
+		}
+		switch {
+		case !pol.Chunk || chunk.Inline(len(r.State)):
+			p.storeWhole(pol, threshold)
+		case pol.Defer && len(r.State) <= DeferCompressMax && !extends(base, r.State):
+			// New content (not an edit of the workflow's previous state): stored whole and raw
+			// now, a few sequential pages, and cut into shared chunks by the compactor once the
+			// writer is idle. Chunking it here would add an index entry per chunk, each on a
+			// page of its own, to the save path (2-5x the time of a whole 100 KB state).
+			if sum == nil {
+				s := sha256.Sum256(r.State)
+				sum = &s
+			}
 			p.SHA = sum[:]
-			p.Data, p.Encoding = r.State, EncRawPending
-		} else if len(r.State) >= parallelHashMin && len(r.State) > threshold {
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sum := sha256.Sum256(r.State)
-				p.SHA = sum[:]
-			}()
-			p.Data, p.Encoding = pol.Codec.Compress(r.State, threshold)
-			wg.Wait()
-		} else {
-			sum := sha256.Sum256(r.State)
-			p.SHA = sum[:]
-			p.Data, p.Encoding = pol.Codec.Compress(r.State, threshold)
+			p.Data, p.Encoding, p.ChunkLater = r.State, EncRawPending, true
+		default:
+			p.Chunked = newChunkedValue(r.State, sum, base, pol.Codec, len(r.State) > threshold)
+			p.SHA = p.Chunked.SHA256()
+			p.Data, p.Encoding = p.Chunked.IndexData(), EncChunked
 		}
 	}
 
@@ -201,6 +234,32 @@ func (p *PreparedSave) Prepare(req SaveRequest, pol *SavePolicy) error {
 	}
 	p.ContentHash = h.sum()
 	return nil
+}
+
+// storeWhole prepares the state to be stored whole: raw for the compactor (pol.Defer, compressible,
+// at most DeferCompressMax), compressed (in parallel frames when large), or raw.
+func (p *PreparedSave) storeWhole(pol *SavePolicy, threshold int) {
+	r := &p.Req
+	if len(r.State) > threshold && len(r.State) <= DeferCompressMax && pol.Defer {
+		// Stored raw now, compressed by the compactor once the writer is idle.
+		sum := sha256.Sum256(r.State)
+		p.SHA = sum[:]
+		p.Data, p.Encoding = r.State, EncRawPending
+	} else if len(r.State) >= parallelHashMin && len(r.State) > threshold {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sum := sha256.Sum256(r.State)
+			p.SHA = sum[:]
+		}()
+		p.Data, p.Encoding = pol.Codec.Compress(r.State, threshold)
+		wg.Wait()
+	} else {
+		sum := sha256.Sum256(r.State)
+		p.SHA = sum[:]
+		p.Data, p.Encoding = pol.Codec.Compress(r.State, threshold)
+	}
 }
 
 func (p *PreparedSave) prepareMetadata() error {

@@ -66,8 +66,6 @@ type Options struct {
 	// BlobCacheBytes sizes the in-memory cache of LangGraph channel values: 0 means
 	// DefaultBlobCacheBytes, < 0 none.
 	BlobCacheBytes int64
-	Logger         *slog.Logger
-	Now            func() time.Time // default time.Now
 	// BiteBudget bounds the write transactions of long maintenance (store/bites.go): each does
 	// BiteUnits units of work, then more only while it has held its transaction for less than
 	// this. 0: DefaultBiteBudget.
@@ -76,6 +74,12 @@ type Options struct {
 	// by this backend (a test hook: ckptd's CKPTD_TEST_HOLD_AFTER_BITES). It runs on the
 	// maintenance's goroutine, outside any transaction.
 	AfterBite func(n int)
+	// StateCacheBytes sizes the in-memory cache of each workflow's last state (StateCache), the
+	// base of the next save's chunking and of wire deltas: 0 means DefaultStateCacheBytes, < 0
+	// none.
+	StateCacheBytes int64
+	Logger          *slog.Logger
+	Now             func() time.Time // default time.Now
 }
 
 // Phase is where in a step a checkpoint was taken.
@@ -142,6 +146,10 @@ type SaveRequest struct {
 	// FencingToken is the token of the writer's claim on the workflow (Claims), 0 for none:
 	// checked by CheckFence in the save's transaction. Not part of the idempotency digest.
 	FencingToken int64
+	// StateSHA256, if set (32 bytes), is State's SHA-256 as the caller computed it already (the
+	// daemon, rebuilding a wire delta, checked it): a chunked state is not hashed again. It is
+	// trusted: a wrong value stores a state that never verifies.
+	StateSHA256 []byte
 }
 
 // SaveResult is what a committed save reports.

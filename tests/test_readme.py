@@ -57,9 +57,10 @@ def test_python_tests_without_langgraph_print_one_line_per_skipped_group(tmp_pat
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     mentions = [l for l in out.splitlines() if "langgraph" in l.lower()]
-    assert len(mentions) == 2, "\n".join(mentions)
+    assert len(mentions) == 3, "\n".join(mentions)
     assert mentions[0].startswith("SKIPPED group: LangGraph saver tests (tests/test_langgraph_saver.py)")
-    assert mentions[1].startswith("SKIPPED group: LangGraph conformance suite (tests/test_langgraph_conformance.py)")
+    assert mentions[1].startswith("SKIPPED group: LangGraph fidelity tests (tests/test_langgraph_fidelity.py)")
+    assert mentions[2].startswith("SKIPPED group: LangGraph conformance suite (tests/test_langgraph_conformance.py)")
     assert all("pip install './clients/python[langgraph,langgraph-test]'" in l for l in mentions)
     assert re.search(r"\d+ passed, \d+ deselected", out)
 

@@ -33,6 +33,7 @@ import (
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 const (
@@ -40,6 +41,7 @@ const (
 	archiveFormat        = "ckptd-archive"
 	archiveVersion       = 1 // a workflow (written as 1, so that older readers still read it)
 	archiveThreadVersion = 2 // a LangGraph thread (archive_thread.go); a version 2 reader reads both
+	archiveChunkVersion  = 3 // a workflow with states stored as chunks (K U T records); a version 3 reader reads all three
 	archiveHeaderLen     = len(archiveMagic) + 4
 	archiveTrailerMagic  = "CKPTD-SHA256"
 	archiveTrailerLen    = len(archiveTrailerMagic) + sha256.Size
@@ -53,6 +55,10 @@ const (
 	recState      = 'S'
 	recEnd        = 'E'
 	recManifest   = 'm' // optional: the drift manifest of the checkpoint before it
+	// version 3: a state over chunk.InlineMax travels as its chunks, each once per archive
+	recChunk        = 'K' // a chunk's raw bytes (its address: their SHA-256), before the first run listing it
+	recRun          = 'U' // a run (chunk.EncodeRun), before the first state listing it
+	recChunkedState = 'T' // in place of S: the addresses of the state's runs (chunk.AppendAddresses)
 
 	maxJSONRecord  = 1 << 30
 	maxStateRecord = cliMaxStateBytes
@@ -130,6 +136,14 @@ type archiveWriter struct {
 	body io.Writer     // phys, or zw over it
 	zw   *zstd.Encoder
 	hdr  [9]byte
+
+	// version 3: states over chunk.InlineMax go as chunks; the chunks and runs written so far,
+	// and the previous state cut (the next one is cut from it: chunk.SplitFrom)
+	chunked     bool
+	wroteChunks map[chunk.Address]bool
+	wroteRuns   map[chunk.Address]bool
+	prev        []byte
+	prevRecipe  *chunk.Recipe
 }
 
 func newArchiveWriter(dst io.Writer, compression byte) (*archiveWriter, error) {
@@ -138,6 +152,9 @@ func newArchiveWriter(dst io.Writer, compression byte) (*archiveWriter, error) {
 
 func newArchiveWriterVersion(dst io.Writer, version uint16, compression byte) (*archiveWriter, error) {
 	a := &archiveWriter{dst: dst, h: sha256.New()}
+	if version == archiveChunkVersion {
+		a.chunked, a.wroteChunks, a.wroteRuns = true, map[chunk.Address]bool{}, map[chunk.Address]bool{}
+	}
 	a.phys = bufio.NewWriterSize(io.MultiWriter(dst, a.h), 1<<20)
 	head := append([]byte(archiveMagic), byte(version>>8), byte(version), compression, 0)
 	if _, err := a.phys.Write(head); err != nil {
@@ -213,10 +230,22 @@ func (a *archiveWriter) checkpoint(cp store.Checkpoint, m *drift.Manifest) error
 		ac.PendingWrites = append(ac.PendingWrites, archiveWrite{TaskID: w.TaskID, TaskPath: w.TaskPath, Idx: w.Idx,
 			Channel: w.Channel, Type: w.Type, IsBytes: w.IsBytes, Value: w.Value})
 	}
+	var runs []byte // version 3: the T record of a chunked state
+	if a.chunked && cp.StateType != store.StateNone && !chunk.Inline(len(cp.State)) {
+		var err error
+		if runs, err = a.chunks(cp.State); err != nil {
+			return err
+		}
+	}
 	if err := a.jsonRecord(recCheckpoint, ac); err != nil {
 		return err
 	}
-	if cp.StateType != store.StateNone {
+	switch {
+	case runs != nil:
+		if err := a.record(recChunkedState, runs); err != nil {
+			return err
+		}
+	case cp.StateType != store.StateNone:
 		if err := a.record(recState, cp.State); err != nil {
 			return err
 		}
@@ -229,6 +258,44 @@ func (a *archiveWriter) checkpoint(cp store.Checkpoint, m *drift.Manifest) error
 		return fmt.Errorf("checkpoint %q: source manifest: %w", cp.CheckpointID, err)
 	}
 	return a.jsonRecord(recManifest, archiveManifest{CheckpointID: cp.CheckpointID, Manifest: mb})
+}
+
+// chunks writes the K and U records of the chunks and runs of state that the archive does not
+// hold yet, and returns the state's T record. A state is cut from the previous one (the same
+// cuts as chunk.Split, so the chunks are the ones the database shares).
+func (a *archiveWriter) chunks(state []byte) ([]byte, error) {
+	var recipe chunk.Recipe
+	var cs []chunk.Chunk
+	if a.prevRecipe != nil {
+		recipe, cs = chunk.SplitFrom(a.prev, *a.prevRecipe, state)
+	} else {
+		recipe, cs = chunk.Split(state)
+	}
+	a.prev, a.prevRecipe = state, &recipe
+	data := make(map[chunk.Address][]byte, len(cs))
+	for _, c := range cs {
+		data[c.Addr] = c.Data
+	}
+	idx, runs := recipe.Runs()
+	for _, r := range runs {
+		if a.wroteRuns[r.Addr] {
+			continue
+		}
+		for _, ref := range r.Refs {
+			if a.wroteChunks[ref.Addr] {
+				continue
+			}
+			if err := a.record(recChunk, data[ref.Addr]); err != nil {
+				return nil, err
+			}
+			a.wroteChunks[ref.Addr] = true
+		}
+		if err := a.record(recRun, r.Data); err != nil {
+			return nil, err
+		}
+		a.wroteRuns[r.Addr] = true
+	}
+	return chunk.AppendAddresses(make([]byte, 0, len(idx.Runs)*32), idx.Runs), nil
 }
 
 // finish writes the E record, ends the body and writes the trailer.
@@ -276,6 +343,10 @@ type archiveReader struct {
 	wf     archiveWorkflow
 	thread archiveThreadHeader // version 2
 	failed error
+
+	// version 3: the chunks and runs read so far, by address
+	chunks map[chunk.Address][]byte
+	runs   map[chunk.Address][]byte
 }
 
 // isThread reports whether the archive holds a LangGraph thread (version 2) rather than a
@@ -306,10 +377,10 @@ func openArchive(src io.ReaderAt, size int64) (*archiveReader, error) {
 	version := binary.BigEndian.Uint16(head[len(archiveMagic):])
 	compression, reserved := head[len(archiveMagic)+2], head[len(archiveMagic)+3]
 	switch {
-	case version != archiveVersion && version != archiveThreadVersion:
+	case version != archiveVersion && version != archiveThreadVersion && version != archiveChunkVersion:
 		if a.digestOK() {
-			return nil, damaged("archive format version %d: this ckptd reads versions %d and %d (upgrade ckptd)",
-				version, archiveVersion, archiveThreadVersion)
+			return nil, damaged("archive format version %d: this ckptd reads versions %d, %d and %d (upgrade ckptd)",
+				version, archiveVersion, archiveThreadVersion, archiveChunkVersion)
 		}
 		return nil, a.fail(fmt.Errorf("bad version %d", version))
 	case reserved != 0 || compression > compressionZstd:
@@ -340,8 +411,11 @@ func openArchive(src io.ReaderAt, size int64) (*archiveReader, error) {
 	if err := a.readJSON(recHeader, &a.header); err != nil {
 		return nil, a.fail(err)
 	}
-	if a.header.Format != archiveFormat || a.header.Version != archiveVersion {
+	if a.header.Format != archiveFormat || a.header.Version != int(version) {
 		return nil, a.fail(fmt.Errorf("header record says format %q version %d", a.header.Format, a.header.Version))
+	}
+	if version == archiveChunkVersion {
+		a.chunks, a.runs = map[chunk.Address][]byte{}, map[chunk.Address][]byte{}
 	}
 	if err := a.readJSON(recWorkflow, &a.wf); err != nil {
 		return nil, a.fail(err)
@@ -491,6 +565,12 @@ func (a *archiveReader) checkpoints() iter.Seq2[engine.Sourced, error] {
 				}
 				return
 			case kind == recCheckpoint:
+			case (kind == recChunk || kind == recRun) && a.chunks != nil:
+				if err := a.piece(kind, b); err != nil {
+					yield(engine.Sourced{}, a.fail(err))
+					return
+				}
+				continue
 			case kind == recManifest:
 				yield(engine.Sourced{}, a.fail(errors.New("a source manifest record before any checkpoint")))
 				return
@@ -582,7 +662,11 @@ func (a *archiveReader) checkpoint(b []byte, n int, lastSeq int64) (store.Checkp
 	if err != nil {
 		return store.Checkpoint{}, err
 	}
-	if kind != recState {
+	if kind == recChunkedState && a.chunks != nil {
+		if state, err = a.reassemble(state, ac.SizeBytes, ac.SHA256); err != nil {
+			return bad("%v", err)
+		}
+	} else if kind != recState {
 		return bad("expected its state record, found %q", kind)
 	}
 	if int64(len(state)) != ac.SizeBytes {
@@ -594,6 +678,66 @@ func (a *archiveReader) checkpoint(b []byte, n int, lastSeq int64) (store.Checkp
 	}
 	cp.State = state
 	return cp, nil
+}
+
+// piece keeps a K (chunk) or U (run) record of a version 3 archive. A run must list only chunks
+// read before it; each address comes once.
+func (a *archiveReader) piece(kind byte, b []byte) error {
+	addr := chunk.AddressOf(b)
+	if kind == recChunk {
+		if len(b) == 0 || len(b) > chunk.MaxSize {
+			return fmt.Errorf("a chunk record of %d bytes", len(b))
+		}
+		if _, dup := a.chunks[addr]; dup {
+			return fmt.Errorf("chunk %s twice", addr)
+		}
+		a.chunks[addr] = b
+		return nil
+	}
+	refs, err := chunk.DecodeRun(b)
+	if err != nil {
+		return fmt.Errorf("run record: %v", err)
+	}
+	for _, r := range refs {
+		if _, ok := a.chunks[r.Addr]; !ok {
+			return fmt.Errorf("run %s lists chunk %s, not in the archive before it", addr, r.Addr)
+		}
+	}
+	if _, dup := a.runs[addr]; dup {
+		return fmt.Errorf("run %s twice", addr)
+	}
+	a.runs[addr] = b
+	return nil
+}
+
+// reassemble rebuilds a state from its T record (the addresses of its runs), checking every run
+// and chunk and the whole state's size and SHA-256 (hex).
+func (a *archiveReader) reassemble(index []byte, size int64, shaHex string) ([]byte, error) {
+	addrs, err := chunk.DecodeAddresses(index)
+	if err != nil {
+		return nil, err
+	}
+	var sum [32]byte
+	if _, err := hex.Decode(sum[:], []byte(shaHex)); err != nil || len(shaHex) != 64 {
+		return nil, fmt.Errorf("sha256 %q", shaHex)
+	}
+	fetch := func(m map[chunk.Address][]byte) chunk.FetchFunc {
+		return func(ad chunk.Address) ([]byte, error) {
+			if b, ok := m[ad]; ok {
+				return b, nil
+			}
+			return nil, chunk.ErrNotFound
+		}
+	}
+	recipe, err := chunk.Expand(chunk.Index{Size: size, SHA256: sum, Runs: addrs}, fetch(a.runs))
+	if err != nil {
+		return nil, fmt.Errorf("state: %v", err)
+	}
+	state, err := chunk.Reassemble(recipe, fetch(a.chunks))
+	if err != nil {
+		return nil, fmt.Errorf("state: %v", err)
+	}
+	return state, nil
 }
 
 // manifest decodes the m record b that follows checkpoint cp.

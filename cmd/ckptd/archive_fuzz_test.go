@@ -56,6 +56,7 @@ func FuzzArchive(f *testing.F) {
 		require.NoError(f, aw.finish())
 		f.Add(buf.Bytes())
 		f.Add(writeThreadArchive(f, comp, threadRecords(), nil))
+		f.Add(writeArchiveVersion(f, archiveChunkVersion, comp, growingCheckpoints(3, 6<<10))) // chunked states
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) > 64<<10 {

@@ -17,7 +17,9 @@ import (
 
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/internal/testgen"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 func archiveCheckpoints() (store.WorkflowRecord, []engine.Sourced) {
@@ -150,11 +152,17 @@ func TestArchiveMessages(t *testing.T) {
 	assert.Contains(t, err.Error(), "not a ckptd archive")
 
 	// a newer version with an intact digest asks for an upgrade
+	v4 := bytes.Clone(b)
+	binary.BigEndian.PutUint16(v4[len(archiveMagic):], 4)
+	resign(v4)
+	_, _, err = readTestArchive(v4)
+	assert.EqualError(t, err, "archive format version 4: this ckptd reads versions 1, 2 and 3 (upgrade ckptd)")
+	// a version 1 body under a version 3 header: the header record says 1
 	v3 := bytes.Clone(b)
 	binary.BigEndian.PutUint16(v3[len(archiveMagic):], 3)
 	resign(v3)
 	_, _, err = readTestArchive(v3)
-	assert.EqualError(t, err, "archive format version 3: this ckptd reads versions 1 and 2 (upgrade ckptd)")
+	assert.ErrorContains(t, err, `invalid archive (its checksum is intact, so it was written this way): header record says format "ckptd-archive" version 1`)
 	// a version 1 body under a version 2 header is not a thread archive
 	v2 := bytes.Clone(b)
 	binary.BigEndian.PutUint16(v2[len(archiveMagic):], 2)
@@ -303,4 +311,88 @@ func TestArchiveManifests(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// growingCheckpoints are checkpoints whose states grow by a message at each step (stored as
+// chunks), with a small state and one without state among them.
+func growingCheckpoints(n, size int) []engine.Sourced {
+	_, small := archiveCheckpoints()
+	w := testgen.NewWorkload(4, size)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var out []engine.Sourced
+	for i := 0; i < n; i++ {
+		st := w.State()
+		w.Advance()
+		sum := sha256.Sum256(st)
+		out = append(out, engine.Sourced{Checkpoint: store.Checkpoint{Summary: store.Summary{CheckpointID: fmt.Sprintf("g-%d", i),
+			WorkflowID: "wf", Seq: int64(100 + i), Phase: store.PhaseCompleted, Step: int64(i), CreatedAt: t0.Add(time.Duration(i) * time.Second),
+			StateType: store.StateJSON, FormatVersion: 1, SizeBytes: int64(len(st)), SHA256: hex.EncodeToString(sum[:])}, State: st}})
+	}
+	return append(small, out...)
+}
+
+func writeArchiveVersion(t testing.TB, version uint16, compression byte, cps []engine.Sourced) []byte {
+	t.Helper()
+	rec, _ := archiveCheckpoints()
+	var buf bytes.Buffer
+	aw, err := newArchiveWriterVersion(&buf, version, compression)
+	require.NoError(t, err)
+	require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: int(version), WorkflowID: "wf",
+		Checkpoints: len(cps), ExportedAt: "2026-01-02T00:00:00Z", CkptdVersion: "test"}, rec))
+	for _, cp := range cps {
+		require.NoError(t, aw.checkpoint(cp.Checkpoint, cp.Sources))
+	}
+	require.NoError(t, aw.finish())
+	return buf.Bytes()
+}
+
+// Version 3 carries states over 4 KiB as their chunks, each once per archive: an archive of 30
+// growing 200 KB states takes about one state plus the growth, not 30 states; it reads back byte
+// for byte, and a run or chunk that is missing or altered is refused.
+func TestArchiveVersion3(t *testing.T) {
+	cps := growingCheckpoints(30, 200<<10)
+	var logical int64
+	for _, cp := range cps {
+		logical += int64(len(cp.State))
+	}
+	v1 := writeArchiveVersion(t, archiveVersion, compressionNone, cps)
+	v3 := writeArchiveVersion(t, archiveChunkVersion, compressionNone, cps)
+	assert.Greater(t, int64(len(v1)), logical, "version 1 carries every state whole")
+	assert.Less(t, len(v3), len(v1)/10, "version 3 carries each chunk once: %d bytes against %d", len(v3), len(v1))
+	for _, comp := range []byte{compressionNone, compressionZstd} {
+		b := writeArchiveVersion(t, archiveChunkVersion, comp, cps)
+		require.Equal(t, uint16(archiveChunkVersion), binary.BigEndian.Uint16(b[len(archiveMagic):]))
+		_, got, err := readTestArchive(b)
+		require.NoError(t, err)
+		require.Len(t, got, len(cps))
+		for i := range cps {
+			require.Equal(t, cps[i].CheckpointID, got[i].CheckpointID)
+			require.True(t, bytes.Equal(cps[i].State, got[i].State), "state of %s", cps[i].CheckpointID)
+			require.Equal(t, cps[i].PendingWrites, got[i].PendingWrites)
+		}
+	}
+
+	// a T record naming a run the archive does not hold (the writer believes it wrote it): invalid
+	rec, _ := archiveCheckpoints()
+	var buf bytes.Buffer
+	aw, err := newArchiveWriterVersion(&buf, archiveChunkVersion, compressionNone)
+	require.NoError(t, err)
+	require.NoError(t, aw.begin(archiveHeader{Format: archiveFormat, Version: archiveChunkVersion, WorkflowID: "wf",
+		Checkpoints: 1, ExportedAt: "2026-01-02T00:00:00Z", CkptdVersion: "test"}, rec))
+	last := cps[len(cps)-1]
+	r, _ := chunk.Split(last.State)
+	idx, _ := r.Runs()
+	aw.wroteRuns[idx.Runs[0]] = true
+	require.NoError(t, aw.checkpoint(last.Checkpoint, nil))
+	require.NoError(t, aw.finish())
+	_, _, err = readTestArchive(buf.Bytes())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "invalid archive")
+	assert.Contains(t, err.Error(), "is missing")
+	// any flipped byte: the digest
+	bad := bytes.Clone(v3)
+	bad[len(bad)/2] ^= 1
+	_, _, err = readTestArchive(bad)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SHA-256 mismatch")
 }

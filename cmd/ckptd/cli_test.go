@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 	"github.com/ckptd/ckptd/store/postgres"
 	"github.com/ckptd/ckptd/store/sqlite"
 )
@@ -200,11 +201,29 @@ func (db *cliDB) exec(q string, args ...any) {
 	require.NoError(db.t, err)
 }
 
-// corruptState flips a byte of the stored state of checkpointID (the SHA-256 no longer matches).
+// corruptState flips a byte of the stored state of checkpointID (the SHA-256 no longer matches):
+// of its stored bytes, or of its first chunk's when it is stored as chunks.
 func (db *cliDB) corruptState(checkpointID string) {
 	db.t.Helper()
-	db.exec(`UPDATE states SET data = CAST(substr(data, 1, length(data) - 1) || X'00' AS BLOB) WHERE hash =
-		(SELECT state_hash FROM checkpoints WHERE checkpoint_id = ?)`, checkpointID)
+	raw, err := sql.Open("sqlite", "file:"+db.path)
+	require.NoError(db.t, err)
+	defer raw.Close()
+	var enc int
+	var index []byte
+	require.NoError(db.t, raw.QueryRow(`SELECT s.encoding, s.data FROM states s JOIN checkpoints c ON c.state_hash = s.hash
+		WHERE c.checkpoint_id = ?`, checkpointID).Scan(&enc, &index))
+	if enc != store.EncChunked {
+		db.exec(`UPDATE states SET data = CAST(substr(data, 1, length(data) - 1) || X'00' AS BLOB) WHERE hash =
+			(SELECT state_hash FROM checkpoints WHERE checkpoint_id = ?)`, checkpointID)
+		return
+	}
+	var run []byte
+	require.NoError(db.t, raw.QueryRow(`SELECT r.data FROM runs r JOIN run_addrs a ON a.id = r.id WHERE a.address = ?`,
+		index[:32]).Scan(&run))
+	refs, err := chunk.DecodeRun(run)
+	require.NoError(db.t, err)
+	db.exec(`UPDATE chunks SET data = CAST(substr(data, 1, length(data) - 1) || X'00' AS BLOB) WHERE id =
+		(SELECT id FROM chunk_addrs WHERE address = ?)`, refs[0].Addr[:])
 }
 
 func cliCopyFile(t *testing.T, from, to string) {

@@ -13,6 +13,7 @@ import (
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/engine"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 const exportUsage = `usage: ckptd export WORKFLOW -o FILE [flags] | ckptd export --thread THREAD -o FILE [flags]
@@ -121,17 +122,50 @@ func writeArchiveFile(e *env, out string, write func(io.Writer) (what, detail st
 	return nil
 }
 
-// exportWorkflow writes workflow wf as a version 1 archive.
+// hasChunkedStates reports whether a checkpoint of wf has a state over chunk.InlineMax (stored
+// as chunks). A checkpoint saved after this look is exported whole in a version 1 archive: safe.
+func hasChunkedStates(ctx context.Context, st store.Backend, wf string) (bool, error) {
+	before := ""
+	for {
+		sms, err := st.List(ctx, store.ListFilter{WorkflowID: wf, Before: before, Limit: store.MaxListLimit})
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return false, nil // Export reports the unknown workflow
+			}
+			return false, err
+		}
+		for _, sm := range sms {
+			if sm.StateType != store.StateNone && !chunk.Inline(int(sm.SizeBytes)) {
+				return true, nil
+			}
+		}
+		if len(sms) < store.MaxListLimit {
+			return false, nil
+		}
+		before = sms[len(sms)-1].CheckpointID
+	}
+}
+
+// exportWorkflow writes workflow wf as a version 1 archive, or version 3 when states of it are
+// stored as chunks.
 func exportWorkflow(ctx context.Context, st store.Backend, wf string, w io.Writer, comp byte) (what, detail string, err error) {
 	var aw *archiveWriter
 	var n, manifests int
 	var stateBytes int64
+	// A workflow with states stored as chunks is written as version 3 (each chunk once); one
+	// without, as version 1, which older readers read too.
+	v := uint16(archiveVersion)
+	if big, err := hasChunkedStates(ctx, st, wf); err != nil {
+		return "", "", err
+	} else if big {
+		v = archiveChunkVersion
+	}
 	err = st.Export(ctx, wf, func(rec store.WorkflowRecord, count int) error {
 		var err error
-		if aw, err = newArchiveWriter(w, comp); err != nil {
+		if aw, err = newArchiveWriterVersion(w, v, comp); err != nil {
 			return err
 		}
-		return aw.begin(archiveHeader{Format: archiveFormat, Version: archiveVersion, ExportedAt: timestamp(time.Now()),
+		return aw.begin(archiveHeader{Format: archiveFormat, Version: int(v), ExportedAt: timestamp(time.Now()),
 			CkptdVersion: version, WorkflowID: wf, Checkpoints: count}, rec)
 	}, engine.ExportManifests(func(cp store.Checkpoint, m *drift.Manifest) error {
 		n++

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/ckptd/ckptd/drift"
 	"github.com/ckptd/ckptd/engine"
+	"github.com/ckptd/ckptd/internal/testgen"
+	"github.com/ckptd/ckptd/protocol"
 	"github.com/ckptd/ckptd/store"
 	"github.com/ckptd/ckptd/store/sqlite"
 )
@@ -461,4 +464,66 @@ func TestCLIExportImportThread(t *testing.T) {
 	res = cliRun(t, nil, "export", "--thread", "nope", "-o", filepath.Join(t.TempDir(), "x"), "--db", src.path)
 	assert.Equal(t, exitProblem, res.code)
 	assert.Contains(t, res.stderr, `LangGraph thread "nope": not found`)
+}
+
+// TestCLIExportImportChunked: a workflow whose states are stored as chunks is exported as a
+// version 3 archive that carries each chunk once (far smaller than its states), imports back
+// byte for byte into another database, and stores there as compactly; a workflow of small
+// states is still a version 1 archive, which older readers read.
+func TestCLIExportImportChunked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "src.db")
+	d := startDaemon(t, db, "--keep-last", "0")
+	w := testgen.NewWorkload(8, 200<<10)
+	var logical int64
+	for i := 0; i < 20; i++ {
+		st := w.State()
+		logical += int64(len(st))
+		d.saveState("wf-big", i, st)
+		w.Advance()
+	}
+	d.saveState("wf-small", 0, []byte(`{"small":true}`))
+	d.shutdownWait()
+
+	version := func(path string) uint16 {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return binary.BigEndian.Uint16(b[len(archiveMagic):])
+	}
+	for _, comp := range []string{"none", "zstd"} {
+		big := filepath.Join(dir, "big-"+comp+".ckpt")
+		res := cliRun(t, nil, "export", "wf-big", "-o", big, "--compression", comp, "--db", db)
+		require.Equal(t, exitOK, res.code, res.stderr)
+		require.Equal(t, uint16(archiveChunkVersion), version(big))
+		info, err := os.Stat(big)
+		require.NoError(t, err)
+		assert.Less(t, info.Size(), logical/8, "%s: each chunk once (%d bytes for %d of states)", comp, info.Size(), logical)
+
+		dst := filepath.Join(t.TempDir(), "dst.db")
+		res = cliRun(t, nil, "import", big, "--db", dst)
+		require.Equal(t, exitOK, res.code, res.stderr)
+		assert.Equal(t, archivedCheckpoints(t, db, "wf-big"), archivedCheckpoints(t, dst, "wf-big"))
+		res = cliRun(t, nil, "verify", "--quiet", "--db", dst)
+		require.Equal(t, exitOK, res.code, res.stdout)
+		var src, got struct {
+			Workflows []lsWorkflowJSON `json:"workflows"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cliRun(t, nil, "ls", "--json", "--db", db).stdout), &src))
+		require.NoError(t, json.Unmarshal([]byte(cliRun(t, nil, "ls", "--json", "--db", dst).stdout), &got))
+		var srcBig protocol.Footprint
+		for _, w := range src.Workflows {
+			if w.WorkflowID == "wf-big" {
+				srcBig = w.Footprint
+			}
+		}
+		require.Len(t, got.Workflows, 1)
+		assert.Equal(t, srcBig.LogicalBytes, got.Workflows[0].Footprint.LogicalBytes)
+		assert.InDelta(t, srcBig.StoredBytes, got.Workflows[0].Footprint.StoredBytes, float64(srcBig.StoredBytes)/20,
+			"stored as compactly after the import")
+	}
+	small := filepath.Join(dir, "small.ckpt")
+	res := cliRun(t, nil, "export", "wf-small", "-o", small, "--db", db)
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.Equal(t, uint16(archiveVersion), version(small), "no chunked state: version 1, for older readers")
 }

@@ -14,13 +14,17 @@ import (
 const lsUsage = `usage: ckptd ls [WORKFLOW] [flags]
 
 Without WORKFLOW: the 50 most recently updated workflows (checkpoints, latest phase and step,
-last update, whether it can be resumed, stored size), and how many more there are; --limit N
-shows N, --all every one. RESUMABLE is what 'ckptd plan
+last update, whether it can be resumed, its values' size as saved (LOGICAL), the bytes stored
+for them (STORED: shared chunks counted in full) and the ratio), and how many more there are;
+--limit N shows N, --all every one. RESUMABLE is what 'ckptd plan
 WORKFLOW' answers without a workflow hash or source drift: "yes", or "no (why)" (completed,
 corrupt checkpoint, failed and not retryable, ...); LATEST says CORRUPT when the latest
 checkpoint fails verification. With WORKFLOW: its checkpoints, newest first, with the status of
-the validation saved with each (a VALIDATION column, when any has one); --validation keeps those
-of one status. --json prints the same objects as workflow/list and checkpoint/list.
+the validation saved with each (a VALIDATION column, when any has one; STORED is what each save
+added), then the workflow's bytes as saved and stored (chunks it shares with other workflows
+counted in full); --validation keeps those of one status.
+--json prints the same objects as workflow/list (plus footprint: {logicalBytes, storedBytes,
+ratio}) and checkpoint/list.
 
 examples:
   ckptd ls
@@ -85,6 +89,29 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	})
 }
 
+// lsWorkflowJSON is a workflow of ls --json: workflow/list's object plus its footprint.
+type lsWorkflowJSON struct {
+	protocol.WorkflowInfo
+	Footprint protocol.Footprint `json:"footprint"`
+}
+
+// footprintOf renders a store footprint.
+func footprintOf(f store.Footprint) protocol.Footprint {
+	return protocol.Footprint{LogicalBytes: f.LogicalBytes, StoredBytes: f.StoredBytes, Ratio: f.Ratio()}
+}
+
+// fmtRatio renders logical / stored as "132x" ("-" when nothing is stored).
+func fmtRatio(f store.Footprint) string {
+	r := f.Ratio()
+	switch {
+	case r == 0:
+		return "-"
+	case r >= 10:
+		return fmt.Sprintf("%.0fx", r)
+	}
+	return fmt.Sprintf("%.1fx", r)
+}
+
 // lsDefault is how many workflows (and threads) the listings show without --limit or --all.
 const lsDefault = 50
 
@@ -118,10 +145,21 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly bo
 		}
 		more = max(n-len(ws), 1)
 	}
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.WorkflowID
+	}
+	fp, err := st.Footprints(ctx, store.FootprintRequest{Workflows: ids, OmitTotal: true}) // the listed ones only
+	if err != nil {
+		return err
+	}
 	if asJSON {
-		out := protocol.WorkflowListResult{Workflows: make([]protocol.WorkflowInfo, 0, len(ws)), Cursor: cursor}
+		out := struct {
+			Workflows []lsWorkflowJSON `json:"workflows"`
+			Cursor    string           `json:"cursor,omitempty"`
+		}{Workflows: make([]lsWorkflowJSON, 0, len(ws)), Cursor: cursor}
 		for _, w := range ws {
-			out.Workflows = append(out.Workflows, engine.WorkflowInfoOf(w))
+			out.Workflows = append(out.Workflows, lsWorkflowJSON{engine.WorkflowInfoOf(w), footprintOf(fp.Workflows[w.WorkflowID])})
 		}
 		if err := printJSON(e.stdout, out); err != nil {
 			return err
@@ -141,8 +179,9 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly bo
 		if resumableOnly && resumable != "yes" {
 			continue
 		}
-		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, latest, fmtTime(w.UpdatedAt),
-			resumable, fmtBytes(w.StoredBytes)))
+		f := fp.Workflows[w.WorkflowID]
+		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, latest, fmtTime(w.UpdatedAt),
+			resumable, fmtBytes(f.LogicalBytes), fmtBytes(f.StoredBytes), fmtRatio(f)))
 	}
 	if len(rows) == 0 && more == 0 {
 		fmt.Fprintln(e.stderr, "no resumable workflows")
@@ -150,7 +189,7 @@ func lsWorkflows(ctx context.Context, e *env, st store.Backend, resumableOnly bo
 	}
 	if len(rows) > 0 {
 		tw := newTable(e.stdout)
-		fmt.Fprintln(tw, "WORKFLOW\tCHECKPOINTS\tLATEST\tUPDATED\tRESUMABLE\tSTORED")
+		fmt.Fprintln(tw, "WORKFLOW\tCHECKPOINTS\tLATEST\tUPDATED\tRESUMABLE\tLOGICAL\tSTORED\tRATIO")
 		for _, r := range rows {
 			fmt.Fprint(tw, r)
 		}
@@ -241,7 +280,19 @@ func lsCheckpoints(ctx context.Context, e *env, st store.Backend, wf string, ns 
 		}
 		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if ns != nil || validation != "" || limit > 0 {
+		return nil // the footprint is the whole workflow's: shown with the whole list only
+	}
+	fp, err := st.Footprints(ctx, store.FootprintRequest{Workflows: []string{wf}})
+	if err != nil {
+		return err
+	}
+	f := fp.Workflows[wf]
+	fmt.Fprintf(e.stdout, "\n%s as saved, %s stored (%s)\n", fmtBytes(f.LogicalBytes), fmtBytes(f.StoredBytes), fmtRatio(f))
+	return nil
 }
 
 // lsResumable is a workflow's LATEST and RESUMABLE cells: RESUMABLE is what ckptd plan WORKFLOW

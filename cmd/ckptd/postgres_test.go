@@ -129,7 +129,7 @@ func TestPostgresCLIParity(t *testing.T) {
 		assert.Equal(t, 7, rep.Checkpoints)
 		assert.Equal(t, 6, rep.States)
 	}
-	assert.Equal(t, "ok: 7 checkpoints, 6 states (424 B stored), PostgreSQL integrity ok\n", run(pg, "verify", "--quiet").stdout)
+	assert.Equal(t, "ok: 7 checkpoints, 6 states (625 B stored), PostgreSQL integrity ok\n", run(pg, "verify", "--quiet").stdout)
 
 	// stats: the same counts; PostgreSQL's figures instead of file, WAL and free pages
 	var sqStats, pgStats statsReport

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckptd/ckptd/internal/testgen"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 	"github.com/ckptd/ckptd/store/sqlite"
 )
 
@@ -58,6 +61,11 @@ func recoverFixture(t *testing.T) string {
 	for i := 0; i < 12; i++ {
 		marker := fmt.Sprintf("PAGE-%02d-MARKER", i)
 		d.saveState("wf-pages", i, markedState(marker, 3000))
+	}
+	w := testgen.NewWorkload(7, 40<<10) // states stored as shared chunks
+	for i := 0; i < 3; i++ {
+		d.saveState("wf-chunks", i, w.State())
+		w.Advance()
 	}
 	for i := 0; i < 60; i++ { // rows of ~300 bytes: the checkpoints table spans pages
 		d.call("checkpoint/save", map[string]any{"workflowId": "wf-rows", "step": i,
@@ -196,9 +204,10 @@ func TestRecover(t *testing.T) {
 		dir := t.TempDir()
 		broken := filepath.Join(dir, "broken.db")
 		copyFile(t, fixture, broken)
-		wreckPage(t, broken, "PAGE-05-MARKER", 1) // a state
-		wreckPage(t, broken, "ROWNAME-30-", 2)    // checkpoint rows (named by the indexes)
-		wreckPage(t, broken, "LGVALUE-A-2-", 3)   // a channel value of thread-a's second checkpoint
+		wreckPage(t, broken, "PAGE-05-MARKER", 1)                     // a state
+		wreckPage(t, broken, "ROWNAME-30-", 2)                        // checkpoint rows (named by the indexes)
+		wreckPage(t, broken, "LGVALUE-A-2-", 3)                       // a channel value of thread-a's second checkpoint
+		wreckChunk(t, broken, firstChunk(t, wantCPs, "wf-chunks"), 4) // a chunk every wf-chunks state lists
 		before, err := os.ReadFile(broken)
 		require.NoError(t, err)
 
@@ -230,12 +239,21 @@ func TestRecover(t *testing.T) {
 			}
 		}
 		assert.Positive(t, rowLost, "checkpoints on the wrecked rows page are named: %+v", rep.Lost)
+		// the chunked states listing the wrecked chunk, named
+		chunkLost := 0
+		for id, cp := range wantCPs {
+			if cp.WorkflowID == "wf-chunks" {
+				assert.True(t, lost["checkpoint "+id], "checkpoint %s lists the wrecked chunk: %+v", id, rep.Lost)
+				chunkLost++
+			}
+		}
+		require.Equal(t, 3, chunkLost)
 		// thread-a's checkpoint whose value is gone, and the value
 		assert.True(t, lost["thread checkpoint 1f0-2"], "%+v", rep.Lost)
 
 		gotCPs, gotThreads := exported(t, out)
 		assertSameCheckpoints(t, wantCPs, gotCPs, lost)
-		assert.Equal(t, len(wantCPs)-1-rowLost, len(gotCPs), "every checkpoint not listed as lost was recovered")
+		assert.Equal(t, len(wantCPs)-1-rowLost-chunkLost, len(gotCPs), "every checkpoint not listed as lost was recovered")
 		assert.Equal(t, rep.Checkpoints.Recovered, len(gotCPs))
 		assert.Equal(t, wantThreads["thread-b"], gotThreads["thread-b"])
 		var ids []string
@@ -293,6 +311,33 @@ func TestRecover(t *testing.T) {
 	})
 }
 
+// firstChunk returns the address of the first chunk of the state of wf's first checkpoint (in
+// want): with states that grow at their end, every state of wf lists it.
+func firstChunk(t *testing.T, want map[string]store.Checkpoint, wf string) chunk.Address {
+	t.Helper()
+	for _, cp := range want {
+		if cp.WorkflowID == wf && cp.Seq == 1 {
+			require.False(t, chunk.Inline(len(cp.State)), "the state is stored as chunks")
+			_, cs := chunk.Split(cp.State)
+			return cs[0].Addr
+		}
+	}
+	t.Fatalf("no first checkpoint of %s", wf)
+	return chunk.Address{}
+}
+
+// wreckChunk overwrites the database page holding the stored bytes of the chunk at addr.
+func wreckChunk(t *testing.T, path string, addr chunk.Address, seed int64) {
+	t.Helper()
+	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	require.NoError(t, err)
+	var data []byte
+	require.NoError(t, conn.QueryRow(`SELECT data FROM chunks WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`, addr[:]).Scan(&data))
+	require.NoError(t, conn.Close())
+	require.Greater(t, len(data), 64)
+	wreckPage(t, path, string(data[:64]), seed)
+}
+
 // assertSameCheckpoints: every checkpoint of got is want's, byte for byte, and every one of
 // want not in lost is in got.
 func assertSameCheckpoints(t *testing.T, want, got map[string]store.Checkpoint, lost map[string]bool) {
@@ -303,7 +348,13 @@ func assertSameCheckpoints(t *testing.T, want, got map[string]store.Checkpoint, 
 			assert.True(t, lost["checkpoint "+id], "checkpoint %s neither recovered nor listed as lost", id)
 			continue
 		}
-		assert.Equal(t, w.Summary, g.Summary, id)
+		ws, gs := w.Summary, g.Summary
+		if !chunk.Inline(int(ws.SizeBytes)) {
+			// a chunked state's storedBytes is what its save added: the chunks it was the first
+			// to store, which depends on the order the states reached the database
+			ws.StoredBytes, gs.StoredBytes = 0, 0
+		}
+		assert.Equal(t, ws, gs, id)
 		assert.Equal(t, w.State, g.State, id)
 		assert.Equal(t, w.Manifest != nil, g.Manifest != nil, id)
 		if w.Manifest != nil && g.Manifest != nil {

@@ -194,6 +194,8 @@ func stateLine(in store.Inspection) string {
 		s += ", stored blob missing"
 	case "raw":
 		s += ", stored uncompressed"
+	case "chunked":
+		s += fmt.Sprintf(", stored in shared chunks (%s new when saved)", plural(int(in.StoredBytes), "byte", "bytes"))
 	default:
 		s += fmt.Sprintf(", stored %s-compressed in %s", in.Encoding, plural(int(in.StoredBytes), "byte", "bytes"))
 	}

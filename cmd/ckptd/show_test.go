@@ -37,7 +37,7 @@ func TestCLIShowCorrupt(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out))
 	assert.False(t, out.Integrity.OK)
-	assert.Contains(t, out.Integrity.Reason, "state does not decode")
+	assert.Contains(t, out.Integrity.Reason, "does not decode")
 	assert.Equal(t, 2, out.PendingTaskCount)
 	cliGolden(t, "show-corrupt-state", db.dir, cliRun(t, nil, "show", "a-3", "--state", "--db", db.path))
 }

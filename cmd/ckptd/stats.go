@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -16,8 +17,10 @@ const statsUsage = `usage: ckptd stats [flags]
 Describes the database as a whole: its size (SQLite: file and WAL sizes, free pages;
 PostgreSQL: ckptd's tables, the whole database, dead rows, connections), workflows, checkpoints,
 distinct states and their size as saved and as stored (after deduplication and compression),
-LangGraph threads (when there are any), and the largest workflows. --json prints the "db"
-object of the stats RPC plus these.
+LangGraph threads (when there are any), every value's size as saved against the bytes stored
+for them (storage: shared chunks counted once), and the largest workflows and threads by what
+they store (LOGICAL as saved, STORED with the chunks they share counted in full, RATIO). --json
+prints the "db" object of the stats RPC plus these.
 
 examples:
   ckptd stats
@@ -25,13 +28,26 @@ examples:
 `
 
 type statsWorkflow struct {
-	WorkflowID  string `json:"workflowId"`
-	Count       int    `json:"count"`
-	StoredBytes int64  `json:"storedBytes"`
-	UpdatedAt   string `json:"updatedAt"`
-	Resumable   bool   `json:"resumable"`
+	WorkflowID   string  `json:"workflowId"`
+	Count        int     `json:"count"`
+	LogicalBytes int64   `json:"logicalBytes"`
+	StoredBytes  int64   `json:"storedBytes"` // shared chunks counted in full
+	Ratio        float64 `json:"ratio"`
+	UpdatedAt    string  `json:"updatedAt"`
+	Resumable    bool    `json:"resumable"`
 
 	updated time.Time
+	fp      store.Footprint
+}
+
+type statsThread struct {
+	ThreadID     string  `json:"threadId"`
+	Checkpoints  int     `json:"checkpoints"`
+	LogicalBytes int64   `json:"logicalBytes"`
+	StoredBytes  int64   `json:"storedBytes"`
+	Ratio        float64 `json:"ratio"`
+
+	fp store.Footprint
 }
 
 type statsReport struct {
@@ -41,6 +57,7 @@ type statsReport struct {
 	ResumableWorkflows int              `json:"resumableWorkflows"`
 	CompletedWorkflows int              `json:"completedWorkflows"`
 	LargestWorkflows   []statsWorkflow  `json:"largestWorkflows"`
+	LargestThreads     []statsThread    `json:"largestThreads"`
 	LangGraph          statsLangGraph   `json:"langgraph"`
 
 	backend string         // About().Name
@@ -49,10 +66,11 @@ type statsReport struct {
 
 // statsLangGraph sums the LangGraph threads (lg/* methods; 'ckptd threads' lists them).
 type statsLangGraph struct {
-	Threads     int   `json:"threads"`
-	Checkpoints int   `json:"checkpoints"`
-	Writes      int   `json:"writes"`
-	StoredBytes int64 `json:"storedBytes"`
+	Threads      int   `json:"threads"`
+	Checkpoints  int   `json:"checkpoints"`
+	Writes       int   `json:"writes"`
+	LogicalBytes int64 `json:"logicalBytes"`
+	StoredBytes  int64 `json:"storedBytes"`
 }
 
 func runStats(ctx context.Context, e *env, args []string) error {
@@ -96,27 +114,60 @@ func runStats(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		ids := make([]string, len(ws))
+		for i, w := range ws {
+			ids[i] = w.WorkflowID
+		}
+		fp, err := st.Footprints(ctx, store.FootprintRequest{Workflows: ids, AllThreads: true})
+		if err != nil {
+			return err
+		}
+		// chosen by their kept figures (what their saves added), shown by their footprints
+		sort.SliceStable(ws, func(i, j int) bool {
+			a, b := fp.Workflows[ws[i].WorkflowID].StoredBytes, fp.Workflows[ws[j].WorkflowID].StoredBytes
+			if a != b {
+				return a > b
+			}
+			return ws[i].WorkflowID < ws[j].WorkflowID
+		})
 		rep := statsReport{
 			DB: protocol.DBStats{Path: db.Path, SizeBytes: db.SizeBytes, WALBytes: health.Figure("walBytes"), Workflows: db.Workflows,
-				Checkpoints: db.Checkpoints, States: db.States, StatesStoredBytes: db.StatesStoredBytes},
+				Checkpoints: db.Checkpoints, States: db.States, StatesStoredBytes: db.StatesStoredBytes,
+				Storage: &protocol.StorageStats{LogicalBytes: fp.Total.LogicalBytes, StoredBytes: fp.Total.StoredBytes,
+					Ratio: fp.Total.Ratio(), Chunks: fp.Chunks, Runs: fp.Runs}},
 			FreeBytes:          health.Figure("freeBytes"),
 			StateBytes:         u.StateBytes,
 			ResumableWorkflows: u.ResumableWorkflow,
 			CompletedWorkflows: u.CompletedWorkflow,
 			LargestWorkflows:   []statsWorkflow{},
+			LargestThreads:     []statsThread{},
 			backend:            st.About().Name,
 			figures:            health.Figures,
 		}
 		for _, w := range ws[:min(*top, len(ws))] {
+			f := fp.Workflows[w.WorkflowID]
 			rep.LargestWorkflows = append(rep.LargestWorkflows, statsWorkflow{WorkflowID: w.WorkflowID, Count: w.Count,
-				StoredBytes: w.StoredBytes, UpdatedAt: timestamp(w.UpdatedAt), Resumable: w.Resumable, updated: w.UpdatedAt})
+				LogicalBytes: f.LogicalBytes, StoredBytes: f.StoredBytes, Ratio: f.Ratio(), UpdatedAt: timestamp(w.UpdatedAt),
+				Resumable: w.Resumable, updated: w.UpdatedAt, fp: f})
 		}
 		rep.LangGraph.Threads = len(threads)
+		var ths []statsThread
 		for _, t := range threads {
+			f := fp.Threads[t.ThreadID]
 			rep.LangGraph.Checkpoints += t.Checkpoints
 			rep.LangGraph.Writes += t.Writes
-			rep.LangGraph.StoredBytes += t.StoredBytes
+			rep.LangGraph.LogicalBytes += f.LogicalBytes
+			rep.LangGraph.StoredBytes += f.StoredBytes
+			ths = append(ths, statsThread{ThreadID: t.ThreadID, Checkpoints: t.Checkpoints, LogicalBytes: f.LogicalBytes,
+				StoredBytes: f.StoredBytes, Ratio: f.Ratio(), fp: f})
 		}
+		sort.SliceStable(ths, func(i, j int) bool {
+			if ths[i].StoredBytes != ths[j].StoredBytes {
+				return ths[i].StoredBytes > ths[j].StoredBytes
+			}
+			return ths[i].ThreadID < ths[j].ThreadID
+		})
+		rep.LargestThreads = append(rep.LargestThreads, ths[:min(*top, len(ths))]...)
 		if *asJSON {
 			return printJSON(e.stdout, rep)
 		}
@@ -150,21 +201,39 @@ func (r statsReport) text(e *env) error {
 	}
 	row("states", states)
 	if lg := r.LangGraph; lg.Threads > 0 {
-		row("langgraph", fmt.Sprintf("%s, %s, %s, %s stored", plural(lg.Threads, "thread", "threads"),
+		row("langgraph", fmt.Sprintf("%s, %s, %s, %s as saved, %s stored", plural(lg.Threads, "thread", "threads"),
 			plural(lg.Checkpoints, "checkpoint", "checkpoints"), plural(lg.Writes, "pending write", "pending writes"),
-			fmtBytes(lg.StoredBytes)))
+			fmtBytes(lg.LogicalBytes), fmtBytes(lg.StoredBytes)))
+	}
+	if st := r.DB.Storage; st != nil {
+		f := store.Footprint{LogicalBytes: st.LogicalBytes, StoredBytes: st.StoredBytes}
+		row("storage", fmt.Sprintf("%s as saved, %s stored (%s; %s in %s)", fmtBytes(st.LogicalBytes), fmtBytes(st.StoredBytes),
+			fmtRatio(f), plural(int(st.Chunks), "chunk", "chunks"), plural(int(st.Runs), "run", "runs")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(r.LargestWorkflows) == 0 {
-		return nil
+	if len(r.LargestWorkflows) > 0 {
+		fmt.Fprintln(e.stdout, "\nlargest workflows (STORED counts the chunks a workflow shares in full):")
+		tw = newTable(e.stdout)
+		fmt.Fprintln(tw, "  WORKFLOW\tCHECKPOINTS\tLOGICAL\tSTORED\tRATIO\tUPDATED")
+		for _, w := range r.LargestWorkflows {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", w.WorkflowID, w.Count, fmtBytes(w.LogicalBytes), fmtBytes(w.StoredBytes),
+				fmtRatio(w.fp), fmtTime(w.updated))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(e.stdout, "\nlargest workflows:")
-	tw = newTable(e.stdout)
-	fmt.Fprintln(tw, "  WORKFLOW\tCHECKPOINTS\tSTORED\tUPDATED")
-	for _, w := range r.LargestWorkflows {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", w.WorkflowID, w.Count, fmtBytes(w.StoredBytes), fmtTime(w.updated))
+	if len(r.LargestThreads) > 0 {
+		fmt.Fprintln(e.stdout, "\nlargest LangGraph threads:")
+		tw = newTable(e.stdout)
+		fmt.Fprintln(tw, "  THREAD\tCHECKPOINTS\tLOGICAL\tSTORED\tRATIO")
+		for _, t := range r.LargestThreads {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", t.ThreadID, t.Checkpoints, fmtBytes(t.LogicalBytes), fmtBytes(t.StoredBytes),
+				fmtRatio(t.fp))
+		}
+		return tw.Flush()
 	}
-	return tw.Flush()
+	return nil
 }

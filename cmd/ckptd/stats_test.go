@@ -41,5 +41,5 @@ func TestCLIStatsLangGraph(t *testing.T) {
 	require.Equal(t, exitOK, res.code, res.stderr)
 	var out statsReport
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out))
-	assert.Equal(t, statsLangGraph{Threads: 3, Checkpoints: 4, Writes: 3, StoredBytes: 258 + 24 + 4 + 1}, out.LangGraph)
+	assert.Equal(t, statsLangGraph{Threads: 3, Checkpoints: 4, Writes: 3, LogicalBytes: 258 + 24 + 4 + 1, StoredBytes: 258 + 24 + 4 + 1}, out.LangGraph)
 }

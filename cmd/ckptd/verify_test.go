@@ -64,7 +64,7 @@ func TestCLIVerifyProgressTerminal(t *testing.T) {
 	assert.Contains(t, res.stderr, "\r\x1b[K")
 	assert.Contains(t, res.stderr, "checked 6 states")
 	assert.Contains(t, res.stderr, "checking SQLite integrity (PRAGMA integrity_check): done in")
-	assert.Equal(t, "ok: 7 checkpoints, 6 states (424 B stored), SQLite integrity ok\n", res.stdout)
+	assert.Equal(t, "ok: 7 checkpoints, 6 states (625 B stored), SQLite integrity ok\n", res.stdout)
 }
 
 // TestCLIVerifyLangGraph: LangGraph checkpoints, channel values and pending writes are verified

@@ -5,7 +5,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/ckptd/ckptd/store/chunk/internal/testgen"
+	"github.com/ckptd/ckptd/internal/testgen"
 )
 
 func benchInputs() []goldenInput {

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckptd/ckptd/store/chunk/internal/testgen"
+	"github.com/ckptd/ckptd/internal/testgen"
 )
 
 // -update rewrites testdata/boundaries.golden. Only for a deliberate change of the storage

@@ -53,9 +53,13 @@ type Recipe struct {
 
 // Split cuts value into content-defined chunks (see Boundaries) and returns its recipe and the
 // chunks, in order, duplicates included. The chunks' Data alias value.
-func Split(value []byte) (Recipe, []Chunk) {
+func Split(value []byte) (Recipe, []Chunk) { return SplitSum(value, sha256.Sum256(value)) }
+
+// SplitSum is Split for a caller that has just computed the value's SHA-256 itself (sum): the
+// recipe records sum without hashing the value again.
+func SplitSum(value []byte, sum [32]byte) (Recipe, []Chunk) {
 	ends := Boundaries(value)
-	r := Recipe{Size: int64(len(value)), SHA256: sha256.Sum256(value), Chunks: make([]Ref, len(ends))}
+	r := Recipe{Size: int64(len(value)), SHA256: sum, Chunks: make([]Ref, len(ends))}
 	chunks := make([]Chunk, len(ends))
 	start := 0
 	for i, end := range ends {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckptd/ckptd/store/chunk/internal/testgen"
+	"github.com/ckptd/ckptd/internal/testgen"
 )
 
 // memStore is the smallest backend: chunks and runs by address, stored once.

@@ -408,6 +408,12 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp store.
 	if err := w.queryRow(ctx, importSQL, append(insertArgs(sj, created, format), seq)...).Scan(&rowid, &stored, &dedup); err != nil {
 		return err
 	}
+	if sj.Chunked != nil && !dedup { // the first listing of this state: count its runs
+		var err error
+		if stored, err = storeChunked(ctx, w, sj, rowid); err != nil {
+			return err
+		}
+	}
 	w.tot.inserted(int64(len(sj.Req.State)), stored, sj.HasState && !dedup)
 	for _, wr := range cp.PendingWrites {
 		if wr.TaskID == "" || wr.Channel == "" {
@@ -417,12 +423,11 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp store.
 			"pendingWrites.type", wr.Type); err != nil {
 			return err
 		}
-		w.queue(`INSERT INTO writes (checkpoint_id, task_id, idx, workflow_id, namespace, channel, type, task_path, is_bytes, value)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (checkpoint_id, task_id, idx) DO UPDATE SET
-			workflow_id = excluded.workflow_id, namespace = excluded.namespace, channel = excluded.channel, type = excluded.type,
-			task_path = excluded.task_path, is_bytes = excluded.is_bytes, value = excluded.value`,
-			sj.ID, wr.TaskID, wr.Idx, sj.Req.WorkflowID, sj.Req.Namespace, wr.Channel, nullStr(wr.Type), wr.TaskPath, wr.IsBytes,
-			nullBytes(wr.Value))
+	}
+	for _, pw := range s.prepareWrites(cp.PendingWrites) {
+		if _, err := s.putWrite(ctx, w, sj.ID, sj.Req.WorkflowID, sj.Req.Namespace, pw, true); err != nil {
+			return err
+		}
 	}
 	if cp.Manifest == nil {
 		return w.flush(ctx)

@@ -93,7 +93,14 @@ func deleteOldest(ctx context.Context, w *wtx, wf string, upTo int64, b *store.B
 // writes whose checkpoint is gone, its compensation log, and with dropRow its row.
 func dropWorkflowRows(ctx context.Context, w *wtx, wf string, dropRow bool) error {
 	// writes whose checkpoint is already gone (defensive: PutWrites requires the checkpoint)
-	w.queue(`DELETE FROM writes WHERE workflow_id = $1`, wf)
+	var indexes [][]byte
+	if err := collectIndexes(w.query(ctx, `DELETE FROM writes WHERE workflow_id = $1
+		RETURNING CASE WHEN encoding = 4 THEN value END`, wf))(&indexes); err != nil {
+		return err
+	}
+	if _, err := w.s.releaseIndexes(ctx, w, indexes); err != nil {
+		return err
+	}
 	queueDeleteSagaRows(w, wf) // saga.go
 	if dropRow {
 		w.queue(`DELETE FROM workflows WHERE workflow_id = $1`, wf)

@@ -80,12 +80,23 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 		var bad [][]byte
 		reasons := map[string]string{}
 		done := 0
+		audit := store.NewRefAudit()
+		type chunkedState struct {
+			hash, index []byte
+			size        int64
+		}
+		var chunked []chunkedState // reassembled once the scan is done
 		err := scanRows(ctx, tx, `SELECT hash, encoding, size, data FROM states`, func(rows pgx.Rows) error {
 			var hash, data []byte
 			var enc int
 			var size int64
 			if err := rows.Scan(&hash, &enc, &size, &data); err != nil {
 				return err
+			}
+			if enc == store.EncChunked {
+				audit.Value(fmt.Sprintf("state %x", hash), data)
+				chunked = append(chunked, chunkedState{bytes.Clone(hash), bytes.Clone(data), size})
+				return nil
 			}
 			if _, err := s.codec.OpenState(data, enc, size, hash); err != nil {
 				h := bytes.Clone(hash)
@@ -100,6 +111,35 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 		})
 		if err != nil {
 			return err
+		}
+		for _, c := range chunked {
+			if _, err := s.openChunked(ctx, tx.Query, c.index, c.size, c.hash); err != nil {
+				reason, ok := store.ChunkedReason(err)
+				if !ok {
+					return err
+				}
+				bad = append(bad, c.hash)
+				reasons[string(c.hash)] = reason
+			}
+			done++
+			if progress != nil {
+				progress(done, total)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		writes, err := s.verifyChunkedWrites(ctx, tx, audit)
+		if err != nil {
+			return err
+		}
+		out = append(out, writes...)
+		problems, err := auditChunks(ctx, tx, audit)
+		if err != nil {
+			return err
+		}
+		for _, p := range problems {
+			out = append(out, store.CorruptError{Reason: "chunk store: " + p})
 		}
 		if len(bad) > 0 {
 			if err := scanRows(ctx, tx, `SELECT checkpoint_id, state_hash FROM checkpoints WHERE state_hash = ANY($1) ORDER BY id`,

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ckptd/ckptd/store"
 )
@@ -93,7 +92,7 @@ func asCorrupt(err error) *store.CorruptError {
 const loadQuery = `SELECT ` + summaryCols + `, c.completed_tasks, c.pending_tasks, s.encoding, s.size, s.data
 	FROM checkpoints c LEFT JOIN states s ON s.hash = c.state_hash WHERE `
 
-const writesQuery = `SELECT task_id, task_path, idx, channel, type, is_bytes, value FROM writes
+const writesQuery = `SELECT task_id, task_path, idx, channel, type, is_bytes, encoding, size, sha256, value FROM writes
 	WHERE checkpoint_id = %s ORDER BY task_id, idx`
 
 // loadOne reads and verifies one checkpoint (where: a condition on checkpoints c, with args)
@@ -137,39 +136,98 @@ func (s *Store) loadOne(ctx context.Context, tx pgx.Tx, where string, args ...an
 		case enc == nil:
 			return store.Checkpoint{}, corrupt("state blob missing")
 		}
-		state, err := s.codec.OpenState(data, int(*enc), *size, x.hash)
-		if err != nil {
-			return store.Checkpoint{}, corrupt(err.Error())
+		if *enc != store.EncChunked {
+			state, err := s.codec.OpenState(data, int(*enc), *size, x.hash)
+			if err != nil {
+				return store.Checkpoint{}, corrupt(err.Error())
+			}
+			cp.State = state
 		}
-		if int64(len(state)) != sm.SizeBytes {
-			return store.Checkpoint{}, corrupt("state size mismatch")
-		}
-		cp.State = state
 	}
 	rows, err := br.Query()
 	if err != nil {
 		return store.Checkpoint{}, err
 	}
-	cp.PendingWrites, err = scanWrites(rows)
+	writes, chunked, err := scanWrites(rows)
 	if err != nil {
 		return store.Checkpoint{}, err
 	}
-	return cp, br.Close()
+	if err := br.Close(); err != nil {
+		return store.Checkpoint{}, err
+	}
+	// chunked values take more queries, once the batch is read
+	if enc != nil && *enc == store.EncChunked && sm.StateType != store.StateNone {
+		if cp.State, err = s.openChunked(ctx, tx.Query, data, *size, x.hash); err != nil {
+			return store.Checkpoint{}, chunkedCorrupt(sm.CheckpointID, sm.WorkflowID, err)
+		}
+	}
+	if sm.StateType != store.StateNone && int64(len(cp.State)) != sm.SizeBytes {
+		return store.Checkpoint{}, corrupt("state size mismatch")
+	}
+	if cp.PendingWrites, err = s.openWrites(ctx, tx.Query, sm.CheckpointID, writes, chunked, true); err != nil {
+		if ce := asCorrupt(err); ce != nil {
+			ce.WorkflowID = sm.WorkflowID
+		}
+		return store.Checkpoint{}, err
+	}
+	return cp, nil
 }
 
-func scanWrites(rows pgx.Rows) ([]store.Write, error) {
+// chunkedWrite is a pending write whose value is chunked: its position, size, SHA-256 and
+// index, reassembled by openWrites.
+type chunkedWrite struct {
+	i     int
+	size  int64
+	sha   []byte
+	index []byte
+}
+
+func scanWrites(rows pgx.Rows) ([]store.Write, []chunkedWrite, error) {
 	defer rows.Close()
 	var out []store.Write
+	var chunked []chunkedWrite
 	for rows.Next() {
 		var w store.Write
 		var typ *string
-		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &typ, &w.IsBytes, &w.Value); err != nil {
-			return nil, err
+		var enc int16
+		var size *int64
+		var sha []byte
+		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &typ, &w.IsBytes, &enc, &size, &sha, &w.Value); err != nil {
+			return nil, nil, err
 		}
 		w.Type = deref(typ)
+		if enc == store.EncChunked {
+			c := chunkedWrite{i: len(out), sha: sha, index: w.Value}
+			if size != nil {
+				c.size = *size
+			}
+			chunked = append(chunked, c)
+			w.Value = nil
+		}
 		out = append(out, w)
 	}
-	return out, rows.Err()
+	return out, chunked, rows.Err()
+}
+
+// openWrites reassembles the chunked values of writes. A damaged one is the checkpoint's
+// *store.CorruptError when strict; else its Value stays nil.
+func (s *Store) openWrites(ctx context.Context, query pgQuery, checkpointID string, writes []store.Write, chunked []chunkedWrite, strict bool) ([]store.Write, error) {
+	for _, c := range chunked {
+		v, err := s.openChunked(ctx, query, c.index, c.size, c.sha)
+		if err != nil {
+			reason, ok := store.ChunkedReason(err)
+			if !ok {
+				return nil, err
+			}
+			if !strict {
+				continue
+			}
+			w := writes[c.i]
+			return nil, &store.CorruptError{CheckpointID: checkpointID, Reason: fmt.Sprintf("pending write %s/%d: %s", w.TaskID, w.Idx, reason)}
+		}
+		writes[c.i].Value = v
+	}
+	return writes, nil
 }
 
 // Load returns the verified checkpoint checkpointID: ErrNotFound, or a *CorruptError if it fails
@@ -620,7 +678,7 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspect
 		cp, err := s.loadOne(ctx, tx, "c.checkpoint_id = $1", checkpointID)
 		if ce := asCorrupt(err); ce != nil {
 			in.Corrupt = ce.Reason
-			if cp, err = readUnverified(ctx, tx, checkpointID); err != nil {
+			if cp, err = s.readUnverified(ctx, tx, checkpointID); err != nil {
 				return err
 			}
 		} else if err != nil {
@@ -637,7 +695,7 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspect
 			return err
 		}
 		if enc != nil {
-			in.Encoding = encodingName(*enc)
+			in.Encoding = store.EncodingName(int(*enc))
 		}
 		return nil
 	})
@@ -650,22 +708,8 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspect
 	return in, nil
 }
 
-func encodingName(enc int64) string {
-	switch enc {
-	case store.EncZstd:
-		return "zstd"
-	case store.EncZstdChunked:
-		return "chunked zstd"
-	case store.EncRaw:
-		return "raw"
-	case store.EncRawPending:
-		return "raw (compression pending)"
-	}
-	return fmt.Sprintf("unknown(%d)", enc)
-}
-
 // readUnverified reads a checkpoint's summary, task lists and pending writes without its state.
-func readUnverified(ctx context.Context, tx pgx.Tx, checkpointID string) (store.Checkpoint, error) {
+func (s *Store) readUnverified(ctx context.Context, tx pgx.Tx, checkpointID string) (store.Checkpoint, error) {
 	var x summaryScan
 	var completed, pending []byte
 	err := tx.QueryRow(ctx, `SELECT `+summaryCols+`, c.completed_tasks, c.pending_tasks
@@ -691,7 +735,11 @@ func readUnverified(ctx context.Context, tx pgx.Tx, checkpointID string) (store.
 	if err != nil {
 		return store.Checkpoint{}, err
 	}
-	cp.PendingWrites, err = scanWrites(rows)
+	writes, chunked, err := scanWrites(rows)
+	if err != nil {
+		return store.Checkpoint{}, err
+	}
+	cp.PendingWrites, err = s.openWrites(ctx, tx.Query, checkpointID, writes, chunked, false)
 	return cp, err
 }
 
@@ -741,6 +789,7 @@ func (s *Store) putWrites(ctx context.Context, workflowID, namespace, checkpoint
 	if err := noNUL("workflowId", workflowID, "namespace", namespace, "checkpointId", checkpointID); err != nil {
 		return 0, err
 	}
+	prepared := s.prepareWrites(writes)
 	stored := 0
 	err := s.do(ctx, []int64{wfKey(workflowID)}, func(ctx context.Context, w *wtx) error {
 		stored = 0
@@ -758,28 +807,16 @@ func (s *Store) putWrites(ctx context.Context, workflowID, namespace, checkpoint
 		if wf != workflowID {
 			return fmt.Errorf("checkpoint %q belongs to workflow %q: %w", checkpointID, wf, store.ErrConflict)
 		}
-		if len(writes) == 0 {
-			return nil
-		}
-		b := &pgx.Batch{}
-		for _, wr := range writes {
-			conflict := `DO NOTHING`
-			if wr.Idx < 0 {
-				conflict = `DO UPDATE SET workflow_id = excluded.workflow_id, namespace = excluded.namespace,
-					channel = excluded.channel, type = excluded.type, task_path = excluded.task_path,
-					is_bytes = excluded.is_bytes, value = excluded.value`
+		for _, pw := range prepared {
+			ok, err := s.putWrite(ctx, w, checkpointID, workflowID, namespace, pw, pw.Idx < 0)
+			if err != nil {
+				return err
 			}
-			b.Queue(`INSERT INTO writes (checkpoint_id, task_id, idx, workflow_id, namespace, channel, type, task_path, is_bytes, value)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (checkpoint_id, task_id, idx) `+conflict,
-				checkpointID, wr.TaskID, wr.Idx, workflowID, namespace, wr.Channel, nullStr(wr.Type), wr.TaskPath, wr.IsBytes,
-				nullBytes(wr.Value)).Exec(func(ct pgconn.CommandTag) error {
-				if ct.RowsAffected() > 0 {
-					stored++
-				}
-				return nil
-			})
+			if ok {
+				stored++
+			}
 		}
-		return w.sendBatch(ctx, b)
+		return nil
 	})
 	if err != nil {
 		return 0, wrapDB(fmt.Sprintf("put writes for checkpoint %q", checkpointID), err)

@@ -97,7 +97,8 @@ func (s *Store) prepare(sj *saveJob) error {
 		"parentId", r.ParentID, "stepName", r.StepName, "workflowHash", r.WorkflowHash); err != nil {
 		return err
 	}
-	pol := store.SavePolicy{Codec: s.codec, MaxStateBytes: s.opts.MaxStateBytes, CompressThreshold: s.opts.CompressThreshold, Log: s.log}
+	pol := store.SavePolicy{Codec: s.codec, MaxStateBytes: s.opts.MaxStateBytes, CompressThreshold: s.opts.CompressThreshold, Log: s.log,
+		Chunk: true, Base: func(wf, ns string) *store.ValueBase { return s.states.Last(wf, ns).Base() }}
 	if err := sj.Prepare(sj.Req, &pol); err != nil {
 		return err
 	}
@@ -227,6 +228,13 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 		w.queue("ROLLBACK TO SAVEPOINT " + sp)
 		return s.existing(ctx, w, sj)
 	}
+	if sj.Chunked != nil && !*dedup { // the first listing of this state: count its runs
+		n, err := storeChunked(ctx, w, sj, *rowid)
+		if err != nil {
+			return err
+		}
+		*stored = n
+	}
 	w.tot.inserted(int64(len(r.State)), *stored, sj.HasState && !*dedup)
 	if r.Manifest != nil {
 		if err := insertManifest(ctx, w, *rowid, r.Manifest); err != nil {
@@ -235,6 +243,11 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: created, SizeBytes: int64(len(r.State)),
 		StoredBytes: *stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: *dedup}
+	if cv := sj.Chunked; cv != nil { // the base of this workflow's next save
+		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: cv.Index.SHA256,
+			Value: r.State, Recipe: &cv.Recipe}
+		w.after(func() { s.states.Put(e) })
+	}
 	w.announce(event{Saved: &store.SavedEvent{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace,
 		Seq: seq, Phase: r.Phase, Step: r.Step}})
 
@@ -287,6 +300,21 @@ func (s *Store) sweepLater(wf string) {
 			s.log.Warn("ckptd store: retention sweep failed", "workflowId", wf, "err", err)
 		}
 	}()
+}
+
+// storeChunked counts the runs of a chunked state the save stored first (inserting the runs and
+// chunks not stored yet) and records its stored size: its index plus what it added, on its
+// states row and its checkpoint (rowid), and in its workflow's kept figures. It returns that size.
+func storeChunked(ctx context.Context, w *wtx, sj *saveJob, rowid int64) (int64, error) {
+	added, err := refChunked(ctx, w, sj.Chunked)
+	if err != nil {
+		return 0, err
+	}
+	stored := int64(len(sj.Data)) + added
+	w.queue(`UPDATE states SET stored_size = $1 WHERE hash = $2`, stored, sj.SHA)
+	w.queue(`UPDATE workflows SET stored_bytes = stored_bytes + $1 WHERE workflow_id = $2`, added, sj.Req.WorkflowID) // kept figures
+	_, err = w.exec(ctx, `UPDATE checkpoints SET stored_size = $1 WHERE id = $2`, stored, rowid)
+	return stored, err
 }
 
 // pruned announces checkpoints removed from wf, to this process once committed and to others.
@@ -475,7 +503,7 @@ func deleteCheckpoints(ctx context.Context, w *wtx, refs []ckRef) (map[int64]boo
 	npre := len(w.pre)
 	w.pre = w.pre[:0]
 	b.Queue(`DELETE FROM checkpoint_meta WHERE ckpt = ANY($1)`, rowids)
-	b.Queue(`DELETE FROM writes WHERE checkpoint_id = ANY($1)`, ids)
+	b.Queue(`DELETE FROM writes WHERE checkpoint_id = ANY($1) RETURNING CASE WHEN encoding = 4 THEN value END`, ids)
 	b.Queue(`DELETE FROM drift_manifests WHERE ckpt = ANY($1) RETURNING chunks`, rowids)
 	b.Queue(`WITH d AS (DELETE FROM checkpoints WHERE id = ANY($1) RETURNING id, state_hash, workflow_id, seq, size, stored_size),
 		u AS (UPDATE states AS s SET refs = s.refs - x.n
@@ -488,13 +516,18 @@ func deleteCheckpoints(ctx context.Context, w *wtx, refs []ckRef) (map[int64]boo
 			FROM (SELECT workflow_id, count(*) AS n, sum(stored_size) AS bytes, max(seq) AS newest FROM d GROUP BY workflow_id) AS x
 			WHERE w.workflow_id = x.workflow_id)
 		SELECT id, size, stored_size FROM d`, rowids)
-	b.Queue(`DELETE FROM states WHERE refs <= 0 RETURNING stored_size`)
+	b.Queue(`DELETE FROM states WHERE refs <= 0
+		RETURNING stored_size, CASE WHEN encoding = 4 THEN length(data) ELSE stored_size END, CASE WHEN encoding = 4 THEN data END`)
 	br := w.conn.SendBatch(ctx, b)
 	defer br.Close()
-	for i := 0; i < npre+2; i++ {
+	for i := 0; i < npre+1; i++ {
 		if _, err := br.Exec(); err != nil {
 			return nil, 0, err
 		}
+	}
+	var indexes [][]byte // of the chunked values removed
+	if err := collectIndexes(br.Query())(&indexes); err != nil {
+		return nil, 0, err
 	}
 	var chunks [][]byte
 	rows, err := br.Query()
@@ -539,14 +572,18 @@ func deleteCheckpoints(ctx context.Context, w *wtx, refs []ckRef) (map[int64]boo
 		return nil, 0, err
 	}
 	for rows.Next() {
-		var n int64
-		if err := rows.Scan(&n); err != nil {
+		var stored, n int64
+		var index []byte
+		if err := rows.Scan(&stored, &n, &index); err != nil {
 			rows.Close()
 			return nil, 0, err
 		}
 		freed += n
 		w.tot.states--
-		w.tot.statesStored -= n
+		w.tot.statesStored -= stored
+		if index != nil {
+			indexes = append(indexes, index)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -560,5 +597,9 @@ func deleteCheckpoints(ctx context.Context, w *wtx, refs []ckRef) (map[int64]boo
 			return nil, 0, err
 		}
 	}
-	return deleted, freed, nil
+	n, err := w.s.releaseIndexes(ctx, w, indexes)
+	if err != nil {
+		return nil, 0, err
+	}
+	return deleted, freed + n, nil
 }

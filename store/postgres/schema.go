@@ -315,7 +315,7 @@ CREATE TABLE lg_config (
 	// that processes committing at the same time do not queue on one row: a process adds its
 	// changes to a shard of its own, the workflows trigger to the shard of the workflow's id;
 	// the totals are the sum of the shards. workflows.updated_at only goes up. Lists walk
-	// partial indexes, as SQLite's step 9 does: workflows_claimable (the resumable workflows by
+	// partial indexes, as SQLite's step 10 does: workflows_claimable (the resumable workflows by
 	// update time), workflows_rest (the others by update time; the two merged: every workflow)
 	// and workflows_open (the workflows not completed, by id). Existing databases get their
 	// figures counted here.
@@ -412,6 +412,27 @@ CREATE TRIGGER lg_threads_put_write AFTER INSERT ON lg_writes FOR EACH ROW EXECU
 CREATE TRIGGER lg_threads_delete_write AFTER DELETE ON lg_writes FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
 CREATE TRIGGER lg_threads_put_value AFTER INSERT ON lg_blobs FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
 CREATE TRIGGER lg_threads_delete_value AFTER DELETE ON lg_blobs FOR EACH ROW EXECUTE FUNCTION lg_threads_keep();
+`},
+	// Chunked values (docs/storage.md "Chunked values", store/postgres/chunks.go): states and
+	// pending-write values larger than chunk.InlineMax are stored as content-defined chunks,
+	// each once, shared by every value listing it; a value's row keeps the addresses of its runs
+	// (encoding 4). Older builds must not read such rows (encoding 4 would be corrupt to them).
+	{"chunked values: chunks and runs shared by states and pending writes, with reference counts", `
+CREATE TABLE chunks (
+	address  bytea PRIMARY KEY,   -- SHA-256 of the raw bytes
+	refs     bigint NOT NULL,     -- listings in stored runs; the row goes at 0
+	encoding smallint NOT NULL,   -- store.EncRaw or EncZstd
+	size     bigint NOT NULL,     -- raw size
+	data     bytea NOT NULL
+) WITH (fillfactor = 80);         -- room for HOT updates of refs
+ALTER TABLE chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE chunk_runs (
+	address bytea PRIMARY KEY,    -- SHA-256 of data (chunk.EncodeRun)
+	refs    bigint NOT NULL,      -- listings in value indexes; the row goes at 0
+	data    bytea NOT NULL
+) WITH (fillfactor = 80);
+ALTER TABLE writes ADD COLUMN encoding smallint NOT NULL DEFAULT 0,  -- 0: value holds the bytes; 4: chunked
+	ADD COLUMN size bigint, ADD COLUMN sha256 bytea;                  -- of a chunked value
 `},
 }
 

@@ -88,6 +88,7 @@ type Store struct {
 	origin   string // this Store's id in notifications
 	amcheck  bool   // the amcheck extension can be used
 	blobs    *store.BlobCache
+	states   *store.StateCache // each workflow's last state saved (chunking base, wire deltas); nil: off
 
 	mu       sync.Mutex
 	queue    []*job
@@ -200,6 +201,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.blobs = store.NewBlobCache(store.DefaultBlobCacheBytes)
 	case opts.BlobCacheBytes > 0:
 		s.blobs = store.NewBlobCache(opts.BlobCacheBytes)
+	}
+	switch {
+	case opts.StateCacheBytes == 0:
+		s.states = store.NewStateCache(store.DefaultStateCacheBytes)
+	case opts.StateCacheBytes > 0:
+		s.states = store.NewStateCache(opts.StateCacheBytes)
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		cd.Close()

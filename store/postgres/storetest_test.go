@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckptd/ckptd/internal/pgtest"
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 	"github.com/ckptd/ckptd/store/storetest"
 )
 
@@ -227,4 +228,65 @@ func (b *testBackend) LGRows(t testing.TB) (checkpoints, values, writes, meta in
 func (b *testBackend) StopWrites(t testing.TB, reason, detail string) {
 	t.Helper()
 	b.stopWrites(reason, detail)
+}
+
+func (b *testBackend) SetChunkRaw(t testing.TB, addr chunk.Address, raw []byte) {
+	b.exec(t, 1, `UPDATE chunks SET encoding = 0, size = $1, data = $2 WHERE address = $3`, len(raw), raw, addr[:])
+}
+
+func (b *testBackend) DropChunk(t testing.TB, addr chunk.Address) {
+	b.exec(t, 1, `DELETE FROM chunks WHERE address = $1`, addr[:])
+}
+
+func (b *testBackend) SetChunkRefs(t testing.TB, addr chunk.Address, refs int64) {
+	b.exec(t, 1, `UPDATE chunks SET refs = $1 WHERE address = $2`, refs, addr[:])
+}
+
+// ChunkRows recounts the listings of runs (value indexes) and chunks (runs) on its own and
+// compares them with the stored counts.
+func (b *testBackend) ChunkRows(t testing.TB) (runs, chunks int) {
+	t.Helper()
+	c := rawConn(t, b.url)
+	ctx := context.Background()
+	scan := func(q string, each func(rows pgx.Rows)) {
+		rows, err := c.Query(ctx, q)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			each(rows)
+		}
+		require.NoError(t, rows.Err())
+	}
+	runRefs, chunkRefs := chunk.Tally{}, chunk.Tally{}
+	for _, q := range []string{`SELECT data FROM states WHERE encoding = 4`, `SELECT value FROM writes WHERE encoding = 4`} {
+		scan(q, func(rows pgx.Rows) {
+			var idx []byte
+			require.NoError(t, rows.Scan(&idx))
+			addrs, err := chunk.DecodeAddresses(idx)
+			require.NoError(t, err)
+			runRefs.Add(1, addrs...)
+		})
+	}
+	scan(`SELECT address, refs, data FROM chunk_runs`, func(rows pgx.Rows) {
+		var addr, data []byte
+		var refs int64
+		require.NoError(t, rows.Scan(&addr, &refs, &data))
+		require.Equal(t, runRefs[chunk.Address(addr)], refs, "refs of run %x", addr)
+		delete(runRefs, chunk.Address(addr))
+		list, err := chunk.DecodeRun(data)
+		require.NoError(t, err)
+		chunkRefs.AddRefs(1, list)
+		runs++
+	})
+	require.Empty(t, runRefs, "runs listed but not stored")
+	scan(`SELECT address, refs FROM chunks`, func(rows pgx.Rows) {
+		var addr []byte
+		var refs int64
+		require.NoError(t, rows.Scan(&addr, &refs))
+		require.Equal(t, chunkRefs[chunk.Address(addr)], refs, "refs of chunk %x", addr)
+		delete(chunkRefs, chunk.Address(addr))
+		chunks++
+	})
+	require.Empty(t, chunkRefs, "chunks listed but not stored")
+	return runs, chunks
 }

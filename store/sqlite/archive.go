@@ -453,13 +453,9 @@ func (s *Store) importInsert(ctx context.Context, w *wtx, sj *saveJob, cp store.
 		if wr.TaskID == "" || wr.Channel == "" {
 			return invalid("pendingWrites", "taskId and channel are required")
 		}
-		var value any
-		if wr.Value != nil {
-			value = wr.Value
-		}
-		if _, err := w.exec(ctx, `INSERT OR REPLACE INTO writes(checkpoint_id, task_id, idx, workflow_id, namespace, channel,
-			type, task_path, is_bytes, value) VALUES (?,?,?,?,?,?,?,?,?,?)`, sj.ID, wr.TaskID, wr.Idx, r.WorkflowID,
-			r.Namespace, wr.Channel, nullStr(wr.Type), wr.TaskPath, wr.IsBytes, value); err != nil {
+	}
+	for _, pw := range s.prepareWrites(cp.PendingWrites) {
+		if _, err := s.putWrite(ctx, w, sj.ID, r.WorkflowID, r.Namespace, pw, true); err != nil {
 			return err
 		}
 	}

@@ -80,7 +80,8 @@ func (s *Store) deleteOldest(ctx context.Context, w *wtx, wf string, upTo int64,
 // writes whose checkpoint is gone, its compensation log, and with dropRow its row.
 func (s *Store) dropWorkflowRows(ctx context.Context, w *wtx, wf string, dropRow bool) error {
 	// writes whose checkpoint is already gone (defensive: PutWrites requires the checkpoint)
-	if _, err := w.exec(ctx, `DELETE FROM writes WHERE workflow_id = ?`, wf); err != nil {
+	if err := w.releaseRows(w.query(ctx, `DELETE FROM writes WHERE workflow_id = ? RETURNING CASE WHEN encoding = 4 THEN value END`,
+		wf)); err != nil {
 		return err
 	}
 	if err := deleteSagaRows(ctx, w, wf); err != nil { // store/sqlite/saga.go
@@ -386,6 +387,10 @@ func (s *Store) prune(ctx context.Context, req store.PruneRequest, reason string
 			w.fig = &figures{} // rolled back with the rows
 		}
 		if err := s.pruneBite(ctx, w, b, req, now, &at, ids); err != nil {
+			return false, err
+		}
+		// the chunks the deletions free count too; and a dry run's releases are undone with it
+		if err := s.flushReleases(ctx, w); err != nil {
 			return false, err
 		}
 		var freeAfter, pageSize int64

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 // Deferred compression. A save stores a large state raw (encoding store.EncRawPending) and replies
@@ -26,7 +27,7 @@ import (
 const (
 	compactIdle         = 20 * time.Millisecond
 	compactBacklogBytes = 32 << 20
-	compactBatchBytes   = 4 << 20 // raw bytes compressed per write transaction
+	compactBatchBytes   = 1 << 20 // raw bytes compressed (or cut into chunks) per write transaction
 )
 
 // compactor tracks the states waiting for compression.
@@ -175,9 +176,12 @@ type compacted struct {
 	data      []byte
 	enc       int
 	corrupted bool
+	cv        *store.ChunkedValue // a state over chunk.InlineMax: cut into chunks instead
 }
 
-// compactStates compresses the given raw-pending states and writes them back in one transaction.
+// compactStates compresses the given raw-pending states, or cuts those over chunk.InlineMax into
+// shared chunks (new content saved whole: PreparedSave.ChunkLater), and writes them back in one
+// transaction.
 func (s *Store) compactStates(ctx context.Context, hashes [][]byte) error {
 	var out []compacted
 	err := s.readTx(ctx, func(tx *rtx) error {
@@ -207,6 +211,10 @@ func (s *Store) compactStates(ctx context.Context, hashes [][]byte) error {
 			s.log.Error("ckptd store: a stored state does not match its SHA-256; leaving it uncompressed", "sha256", fmt.Sprintf("%x", c.hash))
 			continue
 		}
+		if !chunk.Inline(len(c.data)) { // saved whole as new content (PreparedSave.ChunkLater): cut it now
+			c.cv = store.NewChunkedValue(c.data, nil, s.codec, s.opts.CompressThreshold >= 0 && len(c.data) > s.opts.CompressThreshold)
+			continue
+		}
 		data, enc := s.codec.Compress(c.data, s.opts.CompressThreshold)
 		if enc == store.EncRaw {
 			c.data, c.enc = nil, store.EncRaw // incompressible: only the encoding changes
@@ -218,6 +226,17 @@ func (s *Store) compactStates(ctx context.Context, hashes [][]byte) error {
 	err = s.do(ctx, func(ctx context.Context, w *wtx) error {
 		saved, done = 0, 0
 		for _, c := range out {
+			if c.cv != nil {
+				stored, ok, err := s.chunkState(ctx, w, c.hash, c.cv)
+				if err != nil {
+					return err
+				}
+				if ok {
+					saved += c.size - stored
+					done++
+				}
+				continue
+			}
 			var res sql.Result
 			var err error
 			switch {
@@ -284,4 +303,52 @@ func (s *Store) Compact(ctx context.Context) error {
 			return fmt.Errorf("compact: %w", err)
 		}
 	}
+}
+
+// chunkState turns the raw-pending state hash into the chunked value cv inside the writer's
+// transaction: its chunks and runs counted (inserted when new), the row's data replaced by the
+// index, and the stored size of the row and of its checkpoints set to what it now adds. ok is
+// false (and nothing changes) when the row is gone or no longer pending (deleted by retention,
+// done by another process).
+func (s *Store) chunkState(ctx context.Context, w *wtx, hash []byte, cv *store.ChunkedValue) (stored int64, ok bool, err error) {
+	var old int64
+	err = w.queryRow(ctx, `SELECT stored_size FROM states WHERE hash = ? AND encoding = ?`, hash, store.EncRawPending).Scan(&old)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	added, err := s.refChunked(ctx, w, cv)
+	if err != nil {
+		return 0, false, err
+	}
+	index := cv.IndexData()
+	stored = int64(len(index)) + added
+	if _, err := w.exec(ctx, `UPDATE states SET encoding = ?, stored_size = ?, data = ? WHERE hash = ? AND encoding = ?`,
+		store.EncChunked, stored, index, hash, store.EncRawPending); err != nil {
+		return 0, false, err
+	}
+	w.fig.stateResized(old, stored)
+	rows, err := w.query(ctx, `UPDATE checkpoints SET stored_size = ? WHERE state_hash = ? AND stored_size = ? RETURNING workflow_id`,
+		stored, hash, old)
+	if err != nil {
+		return 0, false, err
+	}
+	for rows.Next() {
+		var wf string
+		if err := rows.Scan(&wf); err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		w.fig.restored(wf, old, stored)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, false, err
+	}
+	if err := rows.Err(); err != nil {
+		return 0, false, err
+	}
+	w.vacuumAfter() // the raw state's pages go back to the file system
+	return stored, true, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 func encodingOf(t *testing.T, s *Store, checkpointID string) string {
@@ -22,12 +23,28 @@ func encodingOf(t *testing.T, s *Store, checkpointID string) string {
 	return in.Encoding
 }
 
+// Deferred compression applies to states stored whole: those over the compression threshold
+// and at most chunk.InlineMax bytes (larger ones are stored as chunks, compressed one by one
+// before the save reaches the writer). The tests lower the threshold to have such states.
+func deferredOpts(o *Options) { o.CompressThreshold = 512 }
+
+// wholeState is a compressible state stored whole (not chunked).
+func wholeState(rng *rand.Rand) []byte {
+	for {
+		if s := checkpointJSON(rng, 3<<10); !chunk.Inline(len(s)) {
+			continue
+		} else {
+			return s
+		}
+	}
+}
+
 func TestDeferredCompression(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(11, 12))
-	big := checkpointJSON(rng, 100<<10)
-	small := checkpointJSON(rng, 2<<10)
-	noise := randBytes(rng, 64<<10)
+	big := wholeState(rng)
+	small := []byte(`{"a":1}`)
+	noise := randBytes(rng, 3<<10)
 
 	for _, tc := range []struct {
 		name      string
@@ -36,12 +53,12 @@ func TestDeferredCompression(t *testing.T) {
 		pending   bool   // stored raw-pending at save time
 		final     string // encoding once compacted
 	}{
-		{"large json", big, store.StateJSON, true, "chunked zstd"},
+		{"large json", big, store.StateJSON, true, "zstd"},
 		{"small json under the threshold", small, store.StateJSON, false, "raw"},
 		{"incompressible bytes", noise, store.StateBytes, true, "raw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openTest(t)
+			s := openTest(t, deferredOpts)
 			res := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: tc.state, StateType: tc.stateType})
 			require.Equal(t, res.SizeBytes, res.StoredBytes, "the save stores the bytes as sent")
 			if tc.pending {
@@ -80,11 +97,11 @@ func TestDeferredCompression(t *testing.T) {
 }
 
 func TestDeferredCompressionInline(t *testing.T) {
-	s := openTest(t, func(o *Options) { o.CompressInline = true })
-	state := checkpointJSON(rand.New(rand.NewPCG(1, 1)), 100<<10)
+	s := openTest(t, deferredOpts, func(o *Options) { o.CompressInline = true })
+	state := wholeState(rand.New(rand.NewPCG(1, 1)))
 	res := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: state})
 	require.Less(t, res.StoredBytes, res.SizeBytes)
-	require.Equal(t, "chunked zstd", encodingOf(t, s, res.CheckpointID))
+	require.Equal(t, "zstd", encodingOf(t, s, res.CheckpointID))
 	require.Zero(t, s.CompactionStats().PendingStates)
 }
 
@@ -93,7 +110,7 @@ func TestDeferredCompressionAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ckptd.db")
 	open := func() *Store {
-		s, err := open(ctx, options(path))
+		s, err := open(ctx, options(path, deferredOpts))
 		require.NoError(t, err)
 		return s
 	}
@@ -101,7 +118,7 @@ func TestDeferredCompressionAfterRestart(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	var ids []string
 	for i := 0; i < 3; i++ {
-		ids = append(ids, mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: checkpointJSON(rng, 20<<10)}).CheckpointID)
+		ids = append(ids, mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: wholeState(rng)}).CheckpointID)
 	}
 	require.Equal(t, 3, s.CompactionStats().PendingStates)
 	var states [][]byte
@@ -137,10 +154,10 @@ func TestDeferredCompressionAfterRestart(t *testing.T) {
 
 // The background compactor runs once the writer is idle.
 func TestCompactorRunsWhenIdle(t *testing.T) {
-	s, err := open(context.Background(), options(filepath.Join(t.TempDir(), "ckptd.db"), func(o *Options) { o.noBackground = false }))
+	s, err := open(context.Background(), options(filepath.Join(t.TempDir(), "ckptd.db"), deferredOpts, func(o *Options) { o.noBackground = false }))
 	require.NoError(t, err)
 	defer s.Close()
-	res := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: checkpointJSON(rand.New(rand.NewPCG(5, 5)), 50<<10)})
+	res := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: wholeState(rand.New(rand.NewPCG(5, 5)))})
 	require.Eventually(t, func() bool { return encodingOf(t, s, res.CheckpointID) == "zstd" }, 10*time.Second, 10*time.Millisecond)
 	// the counter moves just after the commit a reader may already see
 	require.Eventually(t, func() bool { return s.CompactionStats().Compacted == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -151,9 +168,9 @@ func TestCompactorRunsWhenIdle(t *testing.T) {
 // a pending state share one row.
 func TestCompactionRacesRetentionAndDedup(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t, func(o *Options) { o.DefaultRetention = store.Retention{KeepLast: 1} })
+	s := openTest(t, deferredOpts, func(o *Options) { o.DefaultRetention = store.Retention{KeepLast: 1} })
 	rng := rand.New(rand.NewPCG(9, 9))
-	a, b := checkpointJSON(rng, 30<<10), checkpointJSON(rng, 30<<10)
+	a, b := wholeState(rng), wholeState(rng)
 	mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: a})
 	r1 := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: b}) // deletes a's checkpoint and state
 	r2 := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: b}) // dedup, then deletes r1
@@ -174,8 +191,8 @@ func TestCompactionRacesRetentionAndDedup(t *testing.T) {
 // never compressed into something that looks intact.
 func TestCompactionSkipsCorruptState(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t)
-	state := checkpointJSON(rand.New(rand.NewPCG(2, 2)), 30<<10)
+	s := openTest(t, deferredOpts)
+	state := wholeState(rand.New(rand.NewPCG(2, 2)))
 	res := mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: state})
 	flipped := bytes.Clone(state)
 	flipped[100] ^= 1
@@ -204,15 +221,15 @@ func reopenRead(t *testing.T, path string) *Store {
 func TestNoCompactor(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ckptd.db")
-	daemon, err := open(ctx, options(path))
+	daemon, err := open(ctx, options(path, deferredOpts))
 	require.NoError(t, err)
 	defer daemon.Close()
 	rng := rand.New(rand.NewPCG(6, 6))
-	raw := mustSave(t, daemon, store.SaveRequest{WorkflowID: "w", State: checkpointJSON(rng, 20<<10)})
+	raw := mustSave(t, daemon, store.SaveRequest{WorkflowID: "w", State: wholeState(rng)})
 
-	tool, err := open(ctx, options(path, func(o *Options) { o.NoCompactor = true; o.noBackground = false }))
+	tool, err := open(ctx, options(path, deferredOpts, func(o *Options) { o.NoCompactor = true; o.noBackground = false }))
 	require.NoError(t, err)
-	own := mustSave(t, tool, store.SaveRequest{WorkflowID: "w", State: checkpointJSON(rng, 20<<10)})
+	own := mustSave(t, tool, store.SaveRequest{WorkflowID: "w", State: wholeState(rng)})
 	require.Less(t, own.StoredBytes, own.SizeBytes, "compressed inline")
 	require.Zero(t, tool.CompactionStats().PendingStates)
 	require.NoError(t, tool.Close())

@@ -24,7 +24,7 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspect
 		switch {
 		case errors.As(err, &ce):
 			in.Corrupt = ce.Reason
-			if cp, err = readUnverified(ctx, tx, checkpointID); err != nil {
+			if cp, err = s.readUnverified(ctx, tx, checkpointID); err != nil {
 				return err
 			}
 		case err != nil:
@@ -41,18 +41,8 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspect
 		if err != nil {
 			return err
 		}
-		switch {
-		case !enc.Valid:
-		case enc.Int64 == store.EncZstd:
-			in.Encoding = "zstd"
-		case enc.Int64 == store.EncZstdChunked:
-			in.Encoding = "chunked zstd"
-		case enc.Int64 == store.EncRaw:
-			in.Encoding = "raw"
-		case enc.Int64 == store.EncRawPending:
-			in.Encoding = "raw (compression pending)"
-		default:
-			in.Encoding = fmt.Sprintf("unknown(%d)", enc.Int64)
+		if enc.Valid {
+			in.Encoding = store.EncodingName(int(enc.Int64))
 		}
 		return nil
 	})
@@ -66,7 +56,7 @@ func (s *Store) Inspect(ctx context.Context, checkpointID string) (store.Inspect
 }
 
 // readUnverified reads a checkpoint's summary, task lists and pending writes without its state.
-func readUnverified(ctx context.Context, tx *rtx, checkpointID string) (store.Checkpoint, error) {
+func (s *Store) readUnverified(ctx context.Context, tx *rtx, checkpointID string) (store.Checkpoint, error) {
 	var x summaryScan
 	var completed, pending []byte
 	err := tx.QueryRowContext(ctx, `SELECT `+summaryCols+`, c.completed_tasks, c.pending_tasks
@@ -88,22 +78,8 @@ func readUnverified(ctx context.Context, tx *rtx, checkpointID string) (store.Ch
 	if len(pending) > 0 {
 		cp.PendingTasks = json.RawMessage(pending)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT task_id, task_path, idx, channel, type, is_bytes, value FROM writes
-		WHERE checkpoint_id = ? ORDER BY task_id, idx`, checkpointID)
-	if err != nil {
-		return store.Checkpoint{}, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var w store.Write
-		var typ sql.NullString
-		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &typ, &w.IsBytes, &w.Value); err != nil {
-			return store.Checkpoint{}, err
-		}
-		w.Type = typ.String
-		cp.PendingWrites = append(cp.PendingWrites, w)
-	}
-	return cp, rows.Err()
+	cp.PendingWrites, err = s.readWritesWith(ctx, tx.cached, checkpointID, false)
+	return cp, err
 }
 
 // Usage adds up checkpoint sizes and counts workflows by state.

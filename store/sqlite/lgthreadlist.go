@@ -10,7 +10,7 @@ import (
 )
 
 // ListLGThreads lists one page of LangGraph threads, most recently updated first, through the
-// kept list lg_threads (schema step 9, kept by triggers): the page's threads
+// kept list lg_threads (schema step 11, kept by triggers): the page's threads
 // are read from lg_threads_updated from the cursor on, and each one's figures from its own rows
 // (by key). Total counts lg_threads.
 func (s *Store) ListLGThreads(ctx context.Context, limit int, cursor string) (store.LGThreadList, error) {

@@ -126,7 +126,7 @@ func (s *Store) loadOne(ctx context.Context, tx *rtx, where string, arg any) (_ 
 		}
 		return store.Checkpoint{}, fmt.Errorf("checkpoint %v: %w", arg, store.ErrNotFound)
 	}
-	var completed, pending []byte
+	var completed, pending, index []byte
 	var enc, size sql.NullInt64
 	var data sql.RawBytes
 	if err := rows.Scan(append(x.dest(), &completed, &pending, &enc, &size, &data)...); err != nil {
@@ -150,17 +150,26 @@ func (s *Store) loadOne(ctx context.Context, tx *rtx, where string, arg any) (_ 
 		if !enc.Valid {
 			return store.Checkpoint{}, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: "state blob missing"}
 		}
-		state, err := s.codec.OpenState(data, int(enc.Int64), size.Int64, x.hash)
-		if err != nil {
-			return store.Checkpoint{}, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: err.Error()}
+		if enc.Int64 == store.EncChunked {
+			index = bytes.Clone(data) // read once the row is closed: the runs and chunks take more queries
+		} else {
+			state, err := s.codec.OpenState(data, int(enc.Int64), size.Int64, x.hash)
+			if err != nil {
+				return store.Checkpoint{}, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: err.Error()}
+			}
+			cp.State = state
 		}
-		if int64(len(state)) != sm.SizeBytes {
-			return store.Checkpoint{}, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: "state size mismatch"}
-		}
-		cp.State = state
 	}
 	if err := rows.Close(); err != nil {
 		return store.Checkpoint{}, err
+	}
+	if index != nil {
+		if cp.State, err = s.openChunked(ctx, tx.cached, index, size.Int64, x.hash); err != nil {
+			return store.Checkpoint{}, chunkedCorrupt(sm.CheckpointID, err)
+		}
+	}
+	if sm.StateType != store.StateNone && int64(len(cp.State)) != sm.SizeBytes {
+		return store.Checkpoint{}, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: "state size mismatch"}
 	}
 	cp.PendingWrites, err = s.readWrites(ctx, tx, sm.CheckpointID)
 	if err != nil {
@@ -170,23 +179,65 @@ func (s *Store) loadOne(ctx context.Context, tx *rtx, where string, arg any) (_ 
 }
 
 func (s *Store) readWrites(ctx context.Context, tx *rtx, checkpointID string) ([]store.Write, error) {
-	rows, err := s.query(ctx, tx, `SELECT task_id, task_path, idx, channel, type, is_bytes, value FROM writes
-		WHERE checkpoint_id = ? ORDER BY task_id, idx`, checkpointID)
+	return s.readWritesWith(ctx, tx.cached, checkpointID, true)
+}
+
+// writesQuery reads a checkpoint's pending writes in (task_id, idx) order.
+const writesQuery = `SELECT task_id, task_path, idx, channel, type, is_bytes, encoding, size, sha256, value FROM writes
+	WHERE checkpoint_id = ? ORDER BY task_id, idx`
+
+// readWritesWith reads a checkpoint's pending writes through query, reassembling chunked
+// values. A damaged chunked value is the checkpoint's *store.CorruptError when strict; else its
+// Value is left nil.
+func (s *Store) readWritesWith(ctx context.Context, query queryFunc, checkpointID string, strict bool) ([]store.Write, error) {
+	rows, err := query(ctx, writesQuery, checkpointID)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	type chunked struct {
+		i     int
+		size  int64
+		sha   []byte
+		index []byte
+	}
 	var out []store.Write
-	for rows.Next() {
+	var later []chunked
+	err = eachRow(ctx, rows, func(rows *sql.Rows) error {
 		var w store.Write
 		var typ sql.NullString
-		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &typ, &w.IsBytes, &w.Value); err != nil {
-			return nil, err
+		var enc int
+		var size sql.NullInt64
+		var sha []byte
+		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &typ, &w.IsBytes, &enc, &size, &sha, &w.Value); err != nil {
+			return err
 		}
 		w.Type = typ.String
+		if enc == store.EncChunked {
+			later = append(later, chunked{len(out), size.Int64, sha, w.Value})
+			w.Value = nil
+		}
 		out = append(out, w)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	for _, c := range later {
+		v, err := s.openChunked(ctx, query, c.index, c.size, c.sha)
+		if err != nil {
+			if _, ok := store.ChunkedReason(err); ok && !strict {
+				continue
+			}
+			w := out[c.i]
+			if reason, ok := store.ChunkedReason(err); ok {
+				return nil, &store.CorruptError{CheckpointID: checkpointID,
+					Reason: fmt.Sprintf("pending write %s/%d: %s", w.TaskID, w.Idx, reason)}
+			}
+			return nil, err
+		}
+		out[c.i].Value = v
+	}
+	return out, nil
 }
 
 // Load returns the verified checkpoint checkpointID. A checkpoint that fails verification gives
@@ -502,6 +553,7 @@ func (s *Store) PutWritesFenced(ctx context.Context, workflowID, namespace, chec
 			return 0, invalid(fmt.Sprintf("writes[%d].channel", i), "required")
 		}
 	}
+	prepared := s.prepareWrites(writes)
 	stored := 0
 	err := s.do(ctx, func(ctx context.Context, w *wtx) error {
 		stored = 0
@@ -519,22 +571,12 @@ func (s *Store) PutWritesFenced(ctx context.Context, workflowID, namespace, chec
 		if wf != workflowID {
 			return fmt.Errorf("checkpoint %q belongs to workflow %q: %w", checkpointID, wf, store.ErrConflict)
 		}
-		for _, wr := range writes {
-			verb := "INSERT OR IGNORE"
-			if wr.Idx < 0 {
-				verb = "INSERT OR REPLACE"
-			}
-			var value any
-			if wr.Value != nil {
-				value = wr.Value
-			}
-			res, err := w.exec(ctx, verb+` INTO writes(checkpoint_id, task_id, idx, workflow_id, namespace, channel, type,
-				task_path, is_bytes, value) VALUES (?,?,?,?,?,?,?,?,?,?)`, checkpointID, wr.TaskID, wr.Idx, workflowID,
-				namespace, wr.Channel, nullStr(wr.Type), wr.TaskPath, wr.IsBytes, value)
+		for _, pw := range prepared {
+			ok, err := s.putWrite(ctx, w, checkpointID, workflowID, namespace, pw, pw.Idx < 0)
 			if err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n > 0 {
+			if ok {
 				stored++
 			}
 		}

@@ -93,7 +93,8 @@ func (s *Store) prepare(sj *saveJob) error {
 		}()
 	}
 	pol := store.SavePolicy{Codec: s.codec, MaxStateBytes: s.opts.MaxStateBytes, CompressThreshold: s.opts.CompressThreshold,
-		Defer: !s.opts.CompressInline && !sj.compressNow, Log: s.log}
+		Defer: !s.opts.CompressInline && !sj.compressNow, Log: s.log, Chunk: true,
+		Base: func(wf, ns string) *store.ValueBase { return s.states.Last(wf, ns).Base() }}
 	return sj.Prepare(sj.Req, &pol)
 }
 
@@ -142,10 +143,10 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 			AND seq < (SELECT seq FROM checkpoints WHERE workflow_id = ?1 AND namespace = ?2 ORDER BY seq DESC LIMIT 1 OFFSET ?3 - 1)
 			ORDER BY seq LIMIT ?4`},
 		{&ws.delMeta, `DELETE FROM checkpoint_meta WHERE ckpt = ?`},
-		{&ws.delWrites, `DELETE FROM writes WHERE checkpoint_id = ?`},
+		{&ws.delWrites, `DELETE FROM writes WHERE checkpoint_id = ? RETURNING CASE WHEN encoding = 4 THEN value END`},
 		{&ws.delCkpt, `DELETE FROM checkpoints WHERE id = ? RETURNING state_hash, workflow_id, seq, size, stored_size`},
 		{&ws.delState, `DELETE FROM states WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE state_hash = ?1)
-			RETURNING stored_size`},
+			RETURNING stored_size, CASE WHEN encoding = 4 THEN data END`},
 	} {
 		st, err := c.PrepareContext(ctx, p.q)
 		if err != nil {
@@ -193,10 +194,17 @@ func (s *Store) storeState(ctx context.Context, w *wtx, sj *saveJob) (stored int
 	case !errors.Is(err, sql.ErrNoRows):
 		return 0, false, err
 	}
-	if _, err := s.ws.insState.ExecContext(ctx, sj.SHA, sj.Encoding, len(sj.Req.State), len(sj.Data), sj.Data); err != nil {
+	stored = int64(len(sj.Data))
+	if sj.Chunked != nil {
+		added, err := s.refChunked(ctx, w, sj.Chunked)
+		if err != nil {
+			return 0, false, err
+		}
+		stored += added // the index plus the runs and chunks this state was the first to list
+	}
+	if _, err := s.ws.insState.ExecContext(ctx, sj.SHA, sj.Encoding, len(sj.Req.State), stored, sj.Data); err != nil {
 		return 0, false, err
 	}
-	stored = int64(len(sj.Data))
 	w.fig.stateStored(stored)
 	s.walPending.Add(stored)
 	if sj.Encoding == store.EncRawPending {
@@ -299,6 +307,14 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
 		StoredBytes: stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: dedup}
+	if sj.Chunked != nil || sj.ChunkLater { // the base of this workflow's next save
+		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: [32]byte(sj.SHA),
+			Value: r.State}
+		if sj.Chunked != nil {
+			e.Recipe = &sj.Chunked.Recipe
+		}
+		w.after(func() { s.states.Put(e) })
+	}
 
 	ret := s.parseRetention(r.WorkflowID, retJSON)
 	if ret.KeepLast > 0 || ret.MaxAgeSeconds > 0 {
@@ -451,7 +467,7 @@ func (s *Store) deleteCheckpoint(ctx context.Context, w *wtx, rowid int64, check
 	if _, err := ws.delMeta.ExecContext(ctx, rowid); err != nil {
 		return false, err
 	}
-	if _, err := ws.delWrites.ExecContext(ctx, checkpointID); err != nil {
+	if err := w.deleteWrites(ctx, ws.delWrites, checkpointID); err != nil {
 		return false, err
 	}
 	if err := s.deleteManifest(ctx, w, rowid); err != nil {
@@ -469,11 +485,17 @@ func (s *Store) deleteCheckpoint(ctx context.Context, w *wtx, rowid int64, check
 	w.fig.deleted(wf, seq, size, stored)
 	if hash != nil {
 		var freed int64
-		switch err := ws.delState.QueryRowContext(ctx, hash).Scan(&freed); {
-		case err == nil:
-			w.fig.stateDeleted(freed)
-		case !errors.Is(err, sql.ErrNoRows):
+		var index []byte
+		err := ws.delState.QueryRowContext(ctx, hash).Scan(&freed, &index)
+		switch {
+		case errors.Is(err, sql.ErrNoRows): // still shared with another checkpoint
+		case err != nil:
 			return false, err
+		default:
+			w.fig.stateDeleted(freed)
+			if index != nil {
+				w.release(index)
+			}
 		}
 	}
 	return true, nil

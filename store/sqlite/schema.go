@@ -424,6 +424,50 @@ CREATE TRIGGER lg_threads_delete_value AFTER DELETE ON lg_blobs BEGIN
 		AND NOT EXISTS (SELECT 1 FROM lg_blobs WHERE thread_id = OLD.thread_id);
 END;
 `,
+	// 12: chunked values (docs/storage.md "Chunked values", store/sqlite/chunks.go): states and
+	// pending-write values larger than chunk.InlineMax are stored as content-defined chunks,
+	// each stored once and shared by every value listing it; a value's row keeps the addresses
+	// of its runs (encoding 4). Addresses map to row ids (chunk_addrs, run_addrs); reference
+	// counts live in narrow tables keyed by those ids (chunk_refs, run_refs), so that the ~45
+	// count updates of a save dirty a few adjacent pages (ids are handed out in save order)
+	// rather than one page per randomly placed address. Older builds must not open such a
+	// database (they would read encoding 4 as corrupt), hence a schema step.
+	`
+CREATE TABLE chunks (
+	id       INTEGER PRIMARY KEY,
+	encoding INTEGER NOT NULL,        -- 0 raw, 1 zstd
+	size     INTEGER NOT NULL,        -- raw size
+	data     BLOB NOT NULL
+);
+CREATE TABLE chunk_addrs (
+	address BLOB PRIMARY KEY,         -- SHA-256 of the raw bytes
+	id      INTEGER NOT NULL          -- chunks.id
+) WITHOUT ROWID;
+CREATE TABLE chunk_refs (
+	id   INTEGER PRIMARY KEY,         -- chunks.id
+	refs INTEGER NOT NULL             -- listings in stored runs; the chunk goes at 0
+);
+
+-- Runs of recipes (chunk.EncodeRun), stored once per content like chunks.
+CREATE TABLE runs (
+	id   INTEGER PRIMARY KEY,
+	data BLOB NOT NULL
+);
+CREATE TABLE run_addrs (
+	address BLOB PRIMARY KEY,         -- SHA-256 of data
+	id      INTEGER NOT NULL          -- runs.id
+) WITHOUT ROWID;
+CREATE TABLE run_refs (
+	id   INTEGER PRIMARY KEY,         -- runs.id
+	refs INTEGER NOT NULL             -- listings in value indexes; the run goes at 0
+);
+
+-- Pending-write values: 0 as before (value holds the bytes), 4 chunked (value holds the index,
+-- size and sha256 the value's).
+ALTER TABLE writes ADD COLUMN encoding INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE writes ADD COLUMN size INTEGER;
+ALTER TABLE writes ADD COLUMN sha256 BLOB;
+`,
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

@@ -77,6 +77,12 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 		// hashes of bad states, then map them to checkpoints
 		var bad [][]byte
 		reasons := map[string]string{}
+		audit := store.NewRefAudit()
+		type chunkedState struct {
+			hash, index []byte
+			size        int64
+		}
+		var chunked []chunkedState // reassembled once the scan is closed
 		rows, err := tx.QueryContext(ctx, `SELECT hash, encoding, size, data FROM states`)
 		if err != nil {
 			return err
@@ -92,7 +98,10 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 				return err
 			}
 			reason := ""
-			if _, err := s.codec.OpenState(data, enc, size, hash); err != nil {
+			if enc == store.EncChunked {
+				audit.Value(fmt.Sprintf("state %x", hash), data)
+				chunked = append(chunked, chunkedState{bytes.Clone(hash), bytes.Clone(data), size})
+			} else if _, err := s.codec.OpenState(data, enc, size, hash); err != nil {
 				reason = err.Error()
 			}
 			if reason != "" {
@@ -100,9 +109,11 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 				bad = append(bad, h)
 				reasons[string(h)] = reason
 			}
-			done++
-			if progress != nil {
-				progress(done, total)
+			if enc != store.EncChunked {
+				done++
+				if progress != nil {
+					progress(done, total)
+				}
 			}
 			if err := ctx.Err(); err != nil {
 				rows.Close()
@@ -114,6 +125,38 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 		if err := rows.Close(); scanErr == nil {
 			scanErr = err
 		}
+		if scanErr == nil {
+			for _, c := range chunked {
+				if _, err := s.openChunked(ctx, tx.cached, c.index, c.size, c.hash); err != nil {
+					reason, ok := store.ChunkedReason(err)
+					if !ok {
+						return err
+					}
+					bad = append(bad, c.hash)
+					reasons[string(c.hash)] = reason
+				}
+				done++
+				if progress != nil {
+					progress(done, total)
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			// chunked pending-write values, then the reference counts of everything chunked
+			writes, err := s.verifyChunkedWrites(ctx, tx, audit)
+			if err != nil {
+				return err
+			}
+			out = append(out, writes...)
+			problems, err := s.auditChunks(ctx, tx, audit)
+			if err != nil {
+				return err
+			}
+			for _, p := range problems {
+				out = append(out, store.CorruptError{Reason: "chunk store: " + p})
+			}
+		}
 		if isCorrupt(scanErr) {
 			s.observe(scanErr)
 			// A damaged page of the states table stops the scan: check each checkpoint on its
@@ -123,7 +166,8 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 			if err != nil {
 				return err
 			}
-			out = append(each, store.CorruptError{Reason: "database: states table: " + scanErr.Error()})
+			out = append(out, each...)
+			out = append(out, store.CorruptError{Reason: "database: states table: " + scanErr.Error()})
 			bad, fellBack = nil, true
 		} else if scanErr != nil {
 			return scanErr

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 	"github.com/ckptd/ckptd/store/storetest"
 )
 
@@ -161,4 +162,75 @@ func (b *testBackend) LGRows(t testing.TB) (checkpoints, values, writes, meta in
 func (b *testBackend) StopWrites(t testing.TB, reason, detail string) {
 	t.Helper()
 	b.stopWrites(reason, detail)
+}
+
+func (b *testBackend) SetChunkRaw(t testing.TB, addr chunk.Address, raw []byte) {
+	b.exec(t, 1, `UPDATE chunks SET encoding = 0, size = ?, data = ? WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`,
+		len(raw), raw, addr[:])
+}
+
+func (b *testBackend) DropChunk(t testing.TB, addr chunk.Address) {
+	b.exec(t, 1, `DELETE FROM chunks WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`, addr[:])
+	b.exec(t, 1, `DELETE FROM chunk_refs WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`, addr[:])
+	b.exec(t, 1, `DELETE FROM chunk_addrs WHERE address = ?`, addr[:])
+}
+
+func (b *testBackend) SetChunkRefs(t testing.TB, addr chunk.Address, refs int64) {
+	b.exec(t, 1, `UPDATE chunk_refs SET refs = ? WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`, refs, addr[:])
+}
+
+// ChunkRows recounts the listings of runs (value indexes) and chunks (runs) on its own and
+// compares them with the stored counts.
+func (b *testBackend) ChunkRows(t testing.TB) (runs, chunks int) {
+	t.Helper()
+	db := rawDB(t, b.Path())
+	runRefs, chunkRefs := chunk.Tally{}, chunk.Tally{}
+	scan := func(q string, each func(rows *sql.Rows)) {
+		rows, err := db.Query(q)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			each(rows)
+		}
+		require.NoError(t, rows.Err())
+	}
+	for _, q := range []string{`SELECT data FROM states WHERE encoding = 4`, `SELECT value FROM writes WHERE encoding = 4`} {
+		scan(q, func(rows *sql.Rows) {
+			var idx []byte
+			require.NoError(t, rows.Scan(&idx))
+			addrs, err := chunk.DecodeAddresses(idx)
+			require.NoError(t, err)
+			runRefs.Add(1, addrs...)
+		})
+	}
+	scan(`SELECT a.address, r.refs, d.data FROM run_addrs a JOIN run_refs r ON r.id = a.id JOIN runs d ON d.id = a.id`, func(rows *sql.Rows) {
+		var addr, data []byte
+		var refs int64
+		require.NoError(t, rows.Scan(&addr, &refs, &data))
+		require.Equal(t, runRefs[chunk.Address(addr)], refs, "refs of run %x", addr)
+		delete(runRefs, chunk.Address(addr))
+		list, err := chunk.DecodeRun(data)
+		require.NoError(t, err)
+		chunkRefs.AddRefs(1, list)
+		runs++
+	})
+	require.Empty(t, runRefs, "runs listed but not stored")
+	scan(`SELECT a.address, r.refs FROM chunk_addrs a JOIN chunk_refs r ON r.id = a.id JOIN chunks c ON c.id = a.id`, func(rows *sql.Rows) {
+		var addr []byte
+		var refs int64
+		require.NoError(t, rows.Scan(&addr, &refs))
+		require.Equal(t, chunkRefs[chunk.Address(addr)], refs, "refs of chunk %x", addr)
+		delete(chunkRefs, chunk.Address(addr))
+		chunks++
+	})
+	require.Empty(t, chunkRefs, "chunks listed but not stored")
+	for _, q := range []string{`SELECT (SELECT count(*) FROM runs) - (SELECT count(*) FROM run_addrs)`,
+		`SELECT (SELECT count(*) FROM run_refs) - (SELECT count(*) FROM run_addrs)`,
+		`SELECT (SELECT count(*) FROM chunks) - (SELECT count(*) FROM chunk_addrs)`,
+		`SELECT (SELECT count(*) FROM chunk_refs) - (SELECT count(*) FROM chunk_addrs)`} {
+		var n int
+		require.NoError(t, db.QueryRow(q).Scan(&n))
+		require.Zero(t, n, "rows without an address: %s", q)
+	}
+	return runs, chunks
 }

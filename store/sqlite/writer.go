@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 // job is one unit of work for the writer goroutine: a save or a generic mutation.
@@ -50,7 +51,8 @@ type wtx struct {
 	s    *Store
 	conn *sql.Conn
 	job  *job
-	fig  *figures // the job's changes to the kept figures (figures.go)
+	fig  *figures    // the job's changes to the kept figures (figures.go)
+	rel  chunk.Tally // runs of chunked values the job removed, counted down when it ends (chunks.go)
 }
 
 // exec, query and queryRow run q as a prepared statement of the writer connection (wstmt).
@@ -300,7 +302,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 				return err
 			}
 		}
-		w.job = j
+		w.job, w.rel = j, nil
 		w.fig = &figures{}
 		var jerr error
 		if j.save != nil {
@@ -308,6 +310,10 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 		} else {
 			jerr = j.fn(ctx, w)
 		}
+		if jerr == nil {
+			jerr = s.flushReleases(ctx, w) // in the job's savepoint: undone with it
+		}
+		w.rel = nil
 		if jerr == nil {
 			jerr = s.flushWorkflows(ctx, w)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 func init() {
@@ -83,9 +84,14 @@ func testSaveLoadRoundtrip(t *testing.T, h *harness) {
 			require.NoError(t, s.Compact(ctx)) // a backend may compress after the save
 			cp, err := s.Load(ctx, res.CheckpointID)
 			require.NoError(t, err)
-			if tc.compress {
+			switch {
+			case tc.compress:
 				require.Less(t, cp.StoredBytes, cp.SizeBytes)
-			} else {
+			case !chunk.Inline(len(req.State)):
+				// stored as chunks, raw: the chunks plus the value's runs and index
+				require.GreaterOrEqual(t, cp.StoredBytes, cp.SizeBytes)
+				require.LessOrEqual(t, cp.StoredBytes, cp.SizeBytes+cp.SizeBytes/20)
+			default:
 				require.Equal(t, cp.SizeBytes, cp.StoredBytes)
 			}
 			require.Equal(t, tc.wantType, cp.StateType)
@@ -310,15 +316,18 @@ func testNotFound(t *testing.T, h *harness) {
 
 // testCorruption: a state that does not decode, one whose bytes decode to something else and
 // one that is missing are each reported as corrupt by Load and Verify; a latest-load falls back
-// past them, and names them all when none is intact.
+// past them, and names them all when none is intact. The states are stored whole (at most
+// chunk.InlineMax bytes, compressed); testChunkCorruption damages chunked ones.
 func testCorruption(t *testing.T, h *harness) {
-	s := h.db(t)
+	s := h.db(t, func(o *Options) { o.CompressThreshold = 1 << 10 })
 	c := corrupter(t, s)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 8))
 	var ids []string
 	for i := 0; i < 4; i++ {
-		ids = append(ids, mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: CheckpointJSON(rng, 8<<10)}).CheckpointID)
+		state := CheckpointJSON(rng, 3<<10)
+		require.True(t, chunk.Inline(len(state)))
+		ids = append(ids, mustSave(t, s, store.SaveRequest{WorkflowID: "w", State: state}).CheckpointID)
 	}
 	require.NoError(t, s.Compact(ctx))
 	// 3: compressed blob with garbage (does not decompress); 2: a valid zstd frame of other bytes

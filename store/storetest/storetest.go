@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 // Options is what a case asks of the database it opens.
@@ -71,6 +72,16 @@ type Corrupter interface {
 	// LGRows counts the stored LangGraph checkpoints, values, pending writes and metadata index
 	// rows.
 	LGRows(t testing.TB) (checkpoints, values, writes, meta int)
+	// SetChunkRaw replaces the bytes stored for the chunk at addr with raw, stored
+	// uncompressed; DropChunk deletes the chunk (its bytes and its address), leaving whatever
+	// lists it; SetChunkRefs sets its recorded reference count.
+	SetChunkRaw(t testing.TB, addr chunk.Address, raw []byte)
+	DropChunk(t testing.TB, addr chunk.Address)
+	SetChunkRefs(t testing.TB, addr chunk.Address, refs int64)
+	// ChunkRows checks the recorded reference counts of the stored runs and chunks against a
+	// recount of their listings (the indexes of every chunked value, the stored runs) and
+	// returns how many runs and chunks are stored.
+	ChunkRows(t testing.TB) (runs, chunks int)
 	// StopWrites makes the backend stop writing for reason (a store.Reason constant) as it does
 	// when it detects that condition itself; how each backend detects it (a damaged page, a
 	// removed file, SQLSTATE XX001) is tested with the backend.

@@ -132,11 +132,12 @@ class Recorder:
             "  %s %r: %s" % (m, p, e) for m, p, e in refused
         )
         # The only other errors: resume/plan of a workflow without checkpoints (the helper's
-        # fresh start), and a shutdown sent again by close() after shutdown().
+        # fresh start), stats of a thread that does not exist (the test's own), and a shutdown
+        # sent again by close() after shutdown().
         unexpected = [
             (m, p, e)
             for m, p, e in self.errors
-            if not (m == "resume/plan" and isinstance(e, ckptd.CheckpointNotFound)) and m != "shutdown"
+            if not (m in ("resume/plan", "stats") and isinstance(e, ckptd.CheckpointNotFound)) and m != "shutdown"
         ]
         assert not unexpected, unexpected
         missing = []
@@ -276,6 +277,15 @@ def exercise_client(c: Any, src: Path, handler: Callable[[str, Dict[str, Any]], 
     )
     c.save("wf", b'{"n":3}', checkpoint_id="c3", step=3, state_type="json", sources=[str(src)])
     c.save("wf-empty")
+    # a state that grows: the second save goes as a wire delta (stateDelta)
+    grown = {"messages": ["message %d %s" % (i, "x" * 60) for i in range(200)]}
+    c.save("wf-delta", grown, checkpoint_id="d1")
+    grown["messages"].append("one more")
+    c.save("wf-delta", grown, checkpoint_id="d2")
+    assert c.stats()["counters"]["deltaSaves"] >= 1
+    assert c.stats(workflow_id="wf-delta")["workflow"]["ratio"] > 1
+    with pytest.raises(ckptd.CheckpointNotFound):
+        c.stats(thread_id="no-such-thread")
     c.remove_notification_handler(handler)
     assert c.load(checkpoint_id="c1").state == {"n": 1}
     assert c.load(workflow_id="wf", namespace="").checkpoint_id == "c3"
@@ -403,6 +413,14 @@ def test_async_client_and_workflow_send_only_known_params(
                          error={"message": "boom", "retryable": False}, state_type="bytes",
                          sources={"root": str(src), "include": ["*.py"], "exclude": ["x"], "gitignore": True})
             await c.save("wf", b"[3]", checkpoint_id="c3", step=3, state_type="json", sources=[str(src)])
+            grown = {"messages": ["message %d %s" % (i, "x" * 60) for i in range(200)]}
+            await c.save("wf-delta", grown, checkpoint_id="d1")
+            grown["messages"].append("one more")
+            await c.save("wf-delta", grown, checkpoint_id="d2")
+            assert (await c.stats())["counters"]["deltaSaves"] >= 1
+            assert (await c.stats(workflow_id="wf-delta"))["workflow"]["storedBytes"] > 0
+            with pytest.raises(ckptd.CheckpointNotFound):
+                await c.stats(thread_id="no-such-thread")
             c.remove_notification_handler(handler)
             assert (await c.load(checkpoint_id="c1")).state == {"n": 1}
             assert (await c.load(workflow_id="wf", namespace="")).checkpoint_id == "c3"

@@ -9,6 +9,7 @@ import { EventEmitter } from "node:events";
 
 import { findBinary } from "./binary.js";
 import { Claim, type ClaimOptions } from "./claim.js";
+import { DeltaMemory, baseUnusable } from "./delta.js";
 import { checkProtocolVersion } from "./version.js";
 import "./dispose.js";
 import { ClientClosedError, CkptdError, DaemonDiedError, ErrorCode, ProtocolError, errorFromRpc } from "./errors.js";
@@ -59,6 +60,7 @@ import type {
   SaveResult,
   StateOptions,
   StateType,
+  StatsParams,
   StatsResult,
   ValidationParams,
   WorkflowListParams,
@@ -104,6 +106,13 @@ export interface ClientOptions {
   keepAlive?: boolean;
   /** Called with every chunk the daemon writes to stderr (its logs). */
   onStderr?: (chunk: Buffer) => void;
+  /**
+   * Send a state as a wire delta (docs/protocol.md, "Wire deltas") when it is an edit of the last
+   * state this client saved of the same workflow and namespace and the changed middle is under
+   * half of it (default true). The client keeps that last state in memory (at most 256 workflows
+   * and 64 MiB). `false`: every state is sent whole.
+   */
+  deltas?: boolean;
 }
 
 /** Per-call options. */
@@ -376,11 +385,15 @@ export class Client extends EventEmitter<ClientEvents> {
   private exitCode: number | null = null;
   private exitSignal: NodeJS.Signals | null = null;
 
+  /** The last state saved per (workflowId, namespace): the base of the next save's delta. */
+  private readonly deltas: DeltaMemory | null;
+
   private constructor(child: ChildProcess, binary: string, options: ClientOptions) {
     super();
     this.child = child;
     this.binary = binary;
     this.keepAlive = options.keepAlive === true;
+    this.deltas = options.deltas === false ? null : new DeltaMemory();
     this.closeTimeoutMs = options.closeTimeoutMs ?? DEFAULT_CLOSE_TIMEOUT_MS;
     const onStderr = options.onStderr;
 
@@ -755,15 +768,35 @@ export class Client extends EventEmitter<ClientEvents> {
   /**
    * `checkpoint/save`. The state is sent as the frame attachment: a `Uint8Array` as is
    * (`stateType: bytes`), anything else `JSON.stringify`'d once (`stateType: json`). Do not mutate
-   * a `Uint8Array` state until the promise settles.
+   * a `Uint8Array` state until the promise settles. A state that is an edit of the last one this
+   * client saved of the workflow goes as a wire delta, its changed middle only (see
+   * `ClientOptions.deltas`); if the daemon no longer has that base, it is sent whole.
    */
   async save<S = unknown>(params: SaveParams<S>, options?: CallOptions): Promise<SaveResult> {
     const { state, stateType, validation, ...fields } = params;
     const rest = validation === undefined ? fields : { ...fields, validation: validationParam(validation) };
     const enc = encodeState(state, stateType);
     const wire = enc === null ? rest : { ...rest, stateAttachment: true, stateType: enc.type };
-    const r = await this.call("checkpoint/save", wire, { ...options, attachment: enc?.bytes ?? null });
-    return r.result as SaveResult;
+    const ns = params.namespace ?? "";
+    const plan = enc !== null && this.deltas !== null ? this.deltas.plan(params.workflowId, ns, enc.bytes) : null;
+    let r: Reply;
+    if (plan === null) {
+      r = await this.call("checkpoint/save", wire, { ...options, attachment: enc?.bytes ?? null });
+    } else {
+      try {
+        r = await this.call("checkpoint/save", { ...wire, stateDelta: plan.delta }, { ...options, attachment: plan.middle });
+      } catch (e) {
+        if (!baseUnusable(e, plan.delta.baseCheckpointId)) throw e;
+        r = await this.call("checkpoint/save", wire, { ...options, attachment: enc!.bytes }); // the base is gone: whole
+      }
+    }
+    const result = r.result as SaveResult;
+    if (enc !== null && this.deltas !== null && typeof result?.checkpointId === "string") {
+      // a caller's Uint8Array may change after the save: remember a copy
+      const own = state instanceof Uint8Array || state instanceof ArrayBuffer ? Uint8Array.from(enc.bytes) : enc.bytes;
+      this.deltas.remember(params.workflowId, ns, result.checkpointId, own);
+    }
+    return result;
   }
 
   /**
@@ -886,9 +919,16 @@ export class Client extends EventEmitter<ClientEvents> {
     return plan as unknown as ResumePlan<S>;
   }
 
-  /** `stats`. */
-  stats(options?: CallOptions): Promise<StatsResult> {
-    return this.request<StatsResult>("stats", undefined, options);
+  /**
+   * `stats`: counters, latencies, database sizes, and what the database's values take
+   * (`db.storage`: logical and stored bytes, their ratio); with `workflowId` / `threadId`, also
+   * that workflow's (`workflow`) or thread's (`thread`) footprint.
+   */
+  stats(params: StatsParams = {}, options?: CallOptions): Promise<StatsResult> {
+    const wire: Record<string, string> = {};
+    if (params.workflowId !== undefined) wire["workflowId"] = params.workflowId;
+    if (params.threadId !== undefined) wire["threadId"] = params.threadId;
+    return this.request<StatsResult>("stats", Object.keys(wire).length > 0 ? wire : undefined, options);
   }
 
   // -------------------------------------------------------------------------------------------

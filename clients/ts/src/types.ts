@@ -572,6 +572,19 @@ export interface LatencyStats {
   maxMs: number;
 }
 
+/** `stats` params: a workflow and a LangGraph thread whose footprint to report. */
+export interface StatsParams {
+  workflowId?: string;
+  threadId?: string;
+}
+
+/** What values take: their bytes as saved, the bytes stored for them, and the ratio. */
+export interface Footprint {
+  logicalBytes: number;
+  storedBytes: number;
+  ratio: number;
+}
+
 export interface StatsResult {
   uptimeSeconds: number;
   counters: {
@@ -583,10 +596,16 @@ export interface StatsResult {
     bytesOut: number;
     deduplicated: number;
     pruned: number;
+    /** Saves sent as a wire delta; their `bytesIn` count the middle sent, not the state rebuilt. */
+    deltaSaves: number;
     [key: string]: number;
   };
   /** `save`/`load`: store time; every other key is a method name (e.g. `"lg/put"`). */
   latency: { save: LatencyStats; load: LatencyStats; [key: string]: LatencyStats };
+  /** With `workflowId`: that workflow's footprint. */
+  workflow?: Footprint & { workflowId: string };
+  /** With `threadId`: that thread's footprint. */
+  thread?: Footprint & { threadId: string };
   db: {
     path: string;
     sizeBytes: number;
@@ -595,6 +614,8 @@ export interface StatsResult {
     checkpoints: number;
     states: number;
     statesStoredBytes: number;
+    /** What every value takes: logical and stored bytes, their ratio, the chunks and runs stored. */
+    storage?: Footprint & { chunks: number; runs: number };
     /** Deferred compression in this daemon (docs/protocol.md, `stats`). */
     compaction: { pendingStates: number; pendingBytes: number; compacted: number; savedBytes: number };
     /** In-memory cache of LangGraph channel values (by the SHA-256 of their stored bytes). */

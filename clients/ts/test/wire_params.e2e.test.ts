@@ -400,6 +400,14 @@ describe("the client sends only params the daemon knows", () => {
     assert.equal((await c.workflows({ claimable: true, order: "id", limit: 1, cursor: page.cursor })).workflows.length, 1);
     assert.equal((await c.prune({ workflowId: "wf", keepLast: 1, olderThanSeconds: 3600, dryRun: true })).dryRun, true);
     await c.save({ workflowId: "wf-empty" });
+    // a state that grows: the second save goes as a wire delta (stateDelta)
+    const grown = { messages: Array.from({ length: 200 }, (_, i) => `message ${i} ${"x".repeat(60)}`) };
+    await c.save({ workflowId: "wf-delta", checkpointId: "d1", state: grown });
+    grown.messages.push("one more");
+    await c.save({ workflowId: "wf-delta", checkpointId: "d2", state: grown });
+    assert.ok((await c.stats()).counters.deltaSaves >= 1);
+    const fp = await c.stats({ workflowId: "wf-delta" });
+    assert.ok(fp.workflow!.ratio > 1 && fp.db.storage!.storedBytes > 0);
     assert.equal((await c.complete({ workflowId: "wf-empty", preserve: true })).workflowId, "wf-empty");
     // claims by hand: every write takes the token
     const k = await c.claimWorkflow({ workflowId: "wf-claim", owner: "wire", leaseSeconds: 30 });

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/ckptd/ckptd/store/chunk/internal/testgen"
+	"github.com/ckptd/ckptd/internal/testgen"
 )
 
 // BenchmarkCompute: the sender's cost per save, a 1 MiB value with a 1 KB insertion in the

@@ -106,42 +106,60 @@ func (e *Error) In(object string) *Error {
 	return &c
 }
 
-// Apply rebuilds a value from base and a delta: base[:keepPrefix] + middle +
-// base[len(base)-keepSuffix:], and checks that its SHA-256 is wantSHA256 (64 hex digits). The
-// result is a new slice; base and middle are only read. Errors are *Error naming
-// stateDelta.keepPrefix, stateDelta.keepSuffix or stateDelta.sha256; they are checked in that
-// order, and the hash only once the others are valid. The result has at most
-// len(base)+len(middle) bytes: a caller with a size limit checks that first.
-func Apply(base []byte, keepPrefix, keepSuffix int, middle []byte, wantSHA256 string) ([]byte, error) {
+// Check checks a delta against a base of baseLen bytes without applying it: keepPrefix, then
+// keepSuffix (in 0…baseLen, not overlapping), then that wantSHA256 is 64 hex digits. Errors are
+// *Error naming stateDelta.keepPrefix, stateDelta.keepSuffix or stateDelta.sha256, in that
+// order. The value rebuilt has keepPrefix + len(middle) + keepSuffix bytes: a caller with a size
+// limit checks it after Check and before Apply.
+func Check(baseLen, keepPrefix, keepSuffix int, wantSHA256 string) error {
+	_, err := check(baseLen, keepPrefix, keepSuffix, wantSHA256)
+	return err
+}
+
+func check(baseLen, keepPrefix, keepSuffix int, wantSHA256 string) ([sha256.Size]byte, error) {
 	bad := func(field, format string, args ...any) error {
 		return &Error{Object: "stateDelta", Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	var want [sha256.Size]byte
 	switch {
 	case keepPrefix < 0:
-		return nil, bad("keepPrefix", "%d is negative", keepPrefix)
-	case keepPrefix > len(base):
-		return nil, bad("keepPrefix", "%d exceeds the base's %d bytes", keepPrefix, len(base))
+		return want, bad("keepPrefix", "%d is negative", keepPrefix)
+	case keepPrefix > baseLen:
+		return want, bad("keepPrefix", "%d exceeds the base's %d bytes", keepPrefix, baseLen)
 	case keepSuffix < 0:
-		return nil, bad("keepSuffix", "%d is negative", keepSuffix)
-	case keepSuffix > len(base):
-		return nil, bad("keepSuffix", "%d exceeds the base's %d bytes", keepSuffix, len(base))
-	case keepPrefix+keepSuffix > len(base):
-		return nil, bad("keepSuffix", "keepPrefix %d + keepSuffix %d exceed the base's %d bytes (prefix and suffix overlap)",
-			keepPrefix, keepSuffix, len(base))
+		return want, bad("keepSuffix", "%d is negative", keepSuffix)
+	case keepSuffix > baseLen:
+		return want, bad("keepSuffix", "%d exceeds the base's %d bytes", keepSuffix, baseLen)
+	case keepPrefix+keepSuffix > baseLen:
+		return want, bad("keepSuffix", "keepPrefix %d + keepSuffix %d exceed the base's %d bytes (prefix and suffix overlap)",
+			keepPrefix, keepSuffix, baseLen)
 	case len(wantSHA256) != 2*len(want):
-		return nil, bad("sha256", "want %d hex digits, got %d characters", 2*len(want), len(wantSHA256))
+		return want, bad("sha256", "want %d hex digits, got %d characters", 2*len(want), len(wantSHA256))
 	}
 	if _, err := hex.Decode(want[:], []byte(wantSHA256)); err != nil {
-		return nil, bad("sha256", "not hex: %v", err)
+		return want, bad("sha256", "not hex: %v", err)
+	}
+	return want, nil
+}
+
+// Apply rebuilds a value from base and a delta: base[:keepPrefix] + middle +
+// base[len(base)-keepSuffix:], and checks that its SHA-256 is wantSHA256 (64 hex digits). The
+// result is a new slice; base and middle are only read. Errors are *Error naming
+// stateDelta.keepPrefix, stateDelta.keepSuffix or stateDelta.sha256; they are checked in that
+// order (Check), and the hash only once the others are valid. The result has at most
+// len(base)+len(middle) bytes: a caller with a size limit checks that first.
+func Apply(base []byte, keepPrefix, keepSuffix int, middle []byte, wantSHA256 string) ([]byte, error) {
+	want, err := check(len(base), keepPrefix, keepSuffix, wantSHA256)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]byte, 0, keepPrefix+len(middle)+keepSuffix)
 	out = append(out, base[:keepPrefix]...)
 	out = append(out, middle...)
 	out = append(out, base[len(base)-keepSuffix:]...)
 	if got := sha256.Sum256(out); got != want {
-		return nil, bad("sha256", "the rebuilt value (%d bytes) has SHA-256 %x, not %s: the base is not "+
-			"the value the delta was computed from", len(out), got, wantSHA256)
+		return nil, &Error{Object: "stateDelta", Field: "sha256", Reason: fmt.Sprintf("the rebuilt value (%d bytes) has SHA-256 %x, not %s: "+
+			"the base is not the value the delta was computed from", len(out), got, wantSHA256)}
 	}
 	return out, nil
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckptd/ckptd/store/chunk/internal/testgen"
+	"github.com/ckptd/ckptd/internal/testgen"
 )
 
 func hexSHA(b []byte) string {

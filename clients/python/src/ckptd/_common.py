@@ -4,6 +4,7 @@ param building and result decoding."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import os
@@ -803,3 +804,139 @@ def block_signals_in_thread() -> None:
         except (OSError, ValueError):  # pragma: no cover
             pass
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Wire deltas (docs/protocol.md, "Wire deltas")
+
+#: States up to this size are always sent whole.
+DELTA_MIN_BYTES = 4 << 10
+#: A delta is sent when its middle is less than this percentage of the state.
+DELTA_MAX_MIDDLE_PERCENT = 50
+#: What a client remembers of the states it saved: at most this many workflows (and namespaces)
+#: and this many bytes, least recently saved first out.
+DELTA_MEMORY_ENTRIES = 256
+DELTA_MEMORY_BYTES = 64 << 20
+
+_BLOCK = 64 << 10
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``: equal 64 KiB blocks compared at C
+    speed, then a bisection inside the first block that differs."""
+    n = min(len(a), len(b))
+    va, vb = memoryview(a), memoryview(b)
+    i = 0
+    while i + _BLOCK <= n and va[i : i + _BLOCK] == vb[i : i + _BLOCK]:
+        i += _BLOCK
+    lo, hi = i, min(i + _BLOCK, n)  # a[:lo] == b[:lo]; the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if va[lo:mid] == vb[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def common_suffix(a: bytes, b: bytes) -> int:
+    """Length of the longest common suffix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    va, vb = memoryview(a), memoryview(b)
+    la, lb = len(a), len(b)
+    i = 0
+    while i + _BLOCK <= n and va[la - i - _BLOCK : la - i] == vb[lb - i - _BLOCK : lb - i]:
+        i += _BLOCK
+    lo, hi = i, min(i + _BLOCK, n)  # the last lo bytes are equal; the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if va[la - mid : la - lo] == vb[lb - mid : lb - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def compute_delta(prev: bytes, nxt: bytes) -> Tuple[int, int, bytes]:
+    """(keepPrefix, keepSuffix, middle): the longest common prefix of ``prev`` and ``nxt``, then
+    the longest common suffix of what follows it, and the bytes of ``nxt`` in between."""
+    kp = common_prefix(prev, nxt)
+    ks = common_suffix(memoryview(prev)[kp:], memoryview(nxt)[kp:])  # type: ignore[arg-type]
+    return kp, ks, nxt[kp : len(nxt) - ks]
+
+
+def delta_pays(size: int, middle: int) -> bool:
+    """Whether a state of ``size`` bytes is worth sending as a delta with a middle of ``middle``
+    bytes: over 4 KiB, and the middle under half of it."""
+    return size > DELTA_MIN_BYTES and middle * 100 < size * DELTA_MAX_MIDDLE_PERCENT
+
+
+class DeltaMemory:
+    """The last state a client saved per (workflowId, namespace): the base of its next save's
+    delta. Thread-safe; bounded (:data:`DELTA_MEMORY_ENTRIES`, :data:`DELTA_MEMORY_BYTES`)."""
+
+    def __init__(self, max_entries: int = DELTA_MEMORY_ENTRIES, max_bytes: int = DELTA_MEMORY_BYTES) -> None:
+        self._lock = threading.Lock()
+        self._m: Dict[Tuple[str, str], Tuple[str, bytes]] = {}
+        self._bytes = 0
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+
+    def get(self, workflow_id: str, namespace: str) -> Optional[Tuple[str, bytes]]:
+        with self._lock:
+            return self._m.get((workflow_id, namespace))
+
+    def remember(self, workflow_id: str, namespace: str, checkpoint_id: str, state: bytes) -> None:
+        key = (workflow_id, namespace)
+        with self._lock:
+            old = self._m.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old[1])
+            if len(state) <= DELTA_MIN_BYTES or len(state) > self.max_bytes // 4:
+                return  # never sent as a delta (too small), or would crowd out the others
+            self._m[key] = (checkpoint_id, state)  # last in dict order: most recent
+            self._bytes += len(state)
+            while self._m and (len(self._m) > self.max_entries or self._bytes > self.max_bytes):
+                k = next(iter(self._m))
+                self._bytes -= len(self._m.pop(k)[1])
+
+    def forget(self, workflow_id: str, namespace: str) -> None:
+        with self._lock:
+            old = self._m.pop((workflow_id, namespace), None)
+            if old is not None:
+                self._bytes -= len(old[1])
+
+
+def delta_save(
+    memory: Optional[DeltaMemory], params: Dict[str, Any], attachment: Optional[bytes]
+) -> Tuple[Dict[str, Any], Optional[bytes], Optional[str]]:
+    """The params and attachment of a ``checkpoint/save`` sent as a delta against the last state
+    saved of its workflow and namespace, when that pays; otherwise ``params`` and ``attachment``
+    as they are. The third value is the base checkpoint id (``None``: sent whole)."""
+    if memory is None or attachment is None or len(attachment) <= DELTA_MIN_BYTES:
+        return params, attachment, None
+    last = memory.get(params["workflowId"], params.get("namespace") or "")
+    if last is None:
+        return params, attachment, None
+    base_id, base = last
+    kp, ks, middle = compute_delta(base, attachment)
+    if not delta_pays(len(attachment), len(middle)):
+        return params, attachment, None
+    p = dict(params)
+    p["stateDelta"] = {
+        "baseCheckpointId": base_id,
+        "keepPrefix": kp,
+        "keepSuffix": ks,
+        "sha256": hashlib.sha256(attachment).hexdigest(),
+    }
+    return p, middle, base_id
+
+
+def base_unusable(err: BaseException, base_id: Optional[str]) -> bool:
+    """Whether a delta save failed because its base is gone (-32001) or damaged (-32002): the
+    state is then sent whole."""
+    if base_id is None:
+        return False
+    code = getattr(err, "code", None)
+    data = getattr(err, "data", None)
+    return code in (-32001, -32002) and isinstance(data, dict) and data.get("checkpointId") == base_id

@@ -183,6 +183,7 @@ class AsyncClient:
         cwd: Optional[str] = None,
         initialize: bool = True,
         on_fork: str = "spawn",
+        deltas: bool = True,
     ) -> None:
         if on_fork not in ON_FORK_MODES:
             raise ValueError("on_fork must be one of %s, not %r" % (", ".join(map(repr, ON_FORK_MODES)), on_fork))
@@ -193,6 +194,7 @@ class AsyncClient:
         self.request_timeout = request_timeout
         self.client_name = client_name
         self.on_fork = on_fork
+        self._use_deltas = deltas
         self.server_info: Dict[str, Any] = {}
         self.capabilities: Dict[str, Any] = {}
         self.unmatched_errors: List[CkptdError] = []
@@ -219,6 +221,8 @@ class AsyncClient:
 
     def _reset(self) -> None:
         """No daemon: the state of one daemon and of its attachment to a loop."""
+        #: the last state saved per (workflowId, namespace): the base of the next save's delta
+        self._deltas: Optional[C.DeltaMemory] = C.DeltaMemory() if self._use_deltas else None
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._owner_pid = 0
         #: the daemon exited after a graceful stop (loop shutdown): the next call starts another
@@ -1025,7 +1029,15 @@ class AsyncClient:
             fencing_token=fencing_token,
             validation=validation,
         )
-        result, _ = await self._request("checkpoint/save", params, att)
+        sent, middle, base = C.delta_save(self._deltas, params, att)
+        try:
+            result, _ = await self._request("checkpoint/save", sent, middle)
+        except CkptdError as e:
+            if not C.base_unusable(e, base):
+                raise
+            result, _ = await self._request("checkpoint/save", params, att)  # the base is gone: send it whole
+        if self._deltas is not None and att is not None and isinstance(result, dict):
+            self._deltas.remember(workflow_id, namespace or "", result.get("checkpointId", ""), att)
         return result  # type: ignore[no-any-return]
 
     async def load(
@@ -1212,8 +1224,11 @@ class AsyncClient:
         result, att = await self._request("resume/plan", params)
         return ResumePlan(result, att)
 
-    async def stats(self) -> Dict[str, Any]:
-        result, _ = await self._request("stats", None)
+    async def stats(self, *, workflow_id: Optional[str] = None, thread_id: Optional[str] = None) -> Dict[str, Any]:
+        params: Dict[str, Any] = {}
+        C.put(params, "workflowId", workflow_id)
+        C.put(params, "threadId", thread_id)
+        result, _ = await self._request("stats", params or None)
         return result  # type: ignore[no-any-return]
 
     async def drift_status(

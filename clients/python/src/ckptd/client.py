@@ -226,6 +226,10 @@ class Client:
         the same options, at the first call there; ``"error"`` raises :class:`ClientForked`. Either
         way the child never touches the parent's pipes, locks or threads, and the parent's client
         keeps working.
+    :param deltas: send a state as a wire delta (docs/protocol.md, "Wire deltas") when it is an
+        edit of the last state this client saved of the same workflow and namespace and the
+        changed middle is under half of it (default); the client keeps that last state in memory
+        (at most 256 workflows and 64 MiB). ``False``: every state is sent whole.
     """
 
     def __init__(
@@ -243,6 +247,7 @@ class Client:
         cwd: Optional[str] = None,
         initialize: bool = True,
         on_fork: str = "spawn",
+        deltas: bool = True,
     ) -> None:
         if on_fork not in ON_FORK_MODES:
             raise ValueError("on_fork must be one of %s, not %r" % (", ".join(map(repr, ON_FORK_MODES)), on_fork))
@@ -252,6 +257,7 @@ class Client:
         self.timeout = timeout
         self.request_timeout = request_timeout
         self.on_fork = on_fork
+        self._use_deltas = deltas
         self.server_info: Dict[str, Any] = {}
         self.capabilities: Dict[str, Any] = {}
         #: Errors the daemon sent with ``id: null`` that could not be matched to a request.
@@ -282,6 +288,8 @@ class Client:
 
     def _reset(self) -> None:
         """Fresh transport state (no daemon yet): new locks, no pending calls, no failure."""
+        #: the last state saved per (workflowId, namespace): the base of the next save's delta
+        self._deltas: Optional[C.DeltaMemory] = C.DeltaMemory() if self._use_deltas else None
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._pending: Dict[int, _Pending] = {}
@@ -934,8 +942,10 @@ class Client:
     ) -> Dict[str, Any]:
         """``checkpoint/save``. ``state`` travels as the frame's attachment: bytes-like states as
         they are (``stateType: bytes``), anything else JSON-encoded once (``stateType: json``);
-        omit it to save without state. Returns ``{checkpointId, seq, createdAt, sizeBytes,
-        storedBytes, sha256, deduplicated}``."""
+        omit it to save without state. A state that is an edit of the last one this client saved
+        of the workflow goes as a wire delta, only its changed middle (see ``deltas``); if the
+        daemon no longer has that base, it is sent whole. Returns ``{checkpointId, seq,
+        createdAt, sizeBytes, storedBytes, sha256, deduplicated}``."""
         params, att = C.save_params(
             workflow_id,
             state,
@@ -956,7 +966,15 @@ class Client:
             fencing_token=fencing_token,
             validation=validation,
         )
-        result, _ = self._request("checkpoint/save", params, att)
+        sent, middle, base = C.delta_save(self._deltas, params, att)
+        try:
+            result, _ = self._request("checkpoint/save", sent, middle)
+        except CkptdError as e:
+            if not C.base_unusable(e, base):
+                raise
+            result, _ = self._request("checkpoint/save", params, att)  # the base is gone: send it whole
+        if self._deltas is not None and att is not None and isinstance(result, dict):
+            self._deltas.remember(workflow_id, namespace or "", result.get("checkpointId", ""), att)
         return result  # type: ignore[no-any-return]
 
     def load(
@@ -1182,9 +1200,14 @@ class Client:
         result, att = self._request("resume/plan", params)
         return ResumePlan(result, att)
 
-    def stats(self) -> Dict[str, Any]:
-        """``stats``: counters, latency percentiles, database sizes."""
-        result, _ = self._request("stats", None)
+    def stats(self, *, workflow_id: Optional[str] = None, thread_id: Optional[str] = None) -> Dict[str, Any]:
+        """``stats``: counters, latency percentiles, database sizes, and what the database's values
+        take (``db.storage``: logical and stored bytes, their ratio). With ``workflow_id`` /
+        ``thread_id``, also that workflow's (``workflow``) or thread's (``thread``) footprint."""
+        params: Dict[str, Any] = {}
+        C.put(params, "workflowId", workflow_id)
+        C.put(params, "threadId", thread_id)
+        result, _ = self._request("stats", params or None)
         return result  # type: ignore[no-any-return]
 
     # -----------------------------------------------------------------------------------------

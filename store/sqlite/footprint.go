@@ -1,0 +1,211 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/chunk"
+)
+
+const qChunkBytesByAddr = addrCTE + `SELECT a.address, length(c.data) FROM k
+	CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32) CROSS JOIN chunks c ON c.id = a.id`
+
+// Footprints reports the logical and stored bytes of the database, of the workflows and of the
+// LangGraph threads req names (store.Footprint), from one snapshot.
+func (s *Store) Footprints(ctx context.Context, req store.FootprintRequest) (store.FootprintReport, error) {
+	var rep store.FootprintReport
+	err := s.readTx(ctx, func(tx *rtx) error {
+		rep = store.FootprintReport{}
+		if req.OmitTotal {
+			return s.ownerFootprints(ctx, tx, req, &rep)
+		}
+		var t store.Footprint
+		var n int64
+		for _, q := range []struct {
+			sql     string
+			logical bool
+		}{
+			{`SELECT coalesce(sum(size), 0) FROM checkpoints`, true},
+			{`SELECT coalesce(sum(CASE WHEN encoding = 4 THEN size ELSE length(value) END), 0) FROM writes`, true},
+			{`SELECT coalesce(sum(size), 0) FROM lg_checkpoints`, true},
+			{`SELECT coalesce(sum(size), 0) FROM lg_blobs`, true},
+			{`SELECT coalesce(sum(size), 0) FROM lg_writes`, true},
+			{`SELECT coalesce(sum(length(data)), 0) FROM states`, false},
+			{`SELECT coalesce(sum(length(value)), 0) FROM writes`, false},
+			{`SELECT coalesce(sum(length(data)), 0) FROM runs`, false},
+			{`SELECT coalesce(sum(length(data)), 0) FROM chunks`, false},
+			{`SELECT coalesce(sum(length(data)), 0) FROM lg_checkpoints`, false},
+			{`SELECT coalesce(sum(length(data)), 0) FROM lg_blobs`, false},
+			{`SELECT coalesce(sum(length(data)), 0) FROM lg_writes`, false},
+		} {
+			if err := tx.QueryRowContext(ctx, q.sql).Scan(&n); err != nil {
+				return err
+			}
+			if q.logical {
+				t.LogicalBytes += n
+			} else {
+				t.StoredBytes += n
+			}
+		}
+		rep.Total = t
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM run_addrs)`).
+			Scan(&rep.Chunks, &rep.Runs); err != nil {
+			return err
+		}
+		return s.ownerFootprints(ctx, tx, req, &rep)
+	})
+	if err != nil {
+		return store.FootprintReport{}, wrapDB("storage footprint", err)
+	}
+	return rep, nil
+}
+
+// ownerFootprints adds the footprints of the workflows and threads req names to rep.
+func (s *Store) ownerFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest, rep *store.FootprintReport) error {
+	var err error
+	if req.AllWorkflows || len(req.Workflows) > 0 {
+		if rep.Workflows, err = s.workflowFootprints(ctx, tx, req); err != nil {
+			return err
+		}
+	}
+	if req.AllThreads || len(req.Threads) > 0 {
+		if rep.Threads, err = threadFootprints(ctx, tx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workflowFootprints reads the values of the workflows req names and computes their footprints.
+func (s *Store) workflowFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) (map[string]store.Footprint, error) {
+	owners := map[string]*store.OwnerValues{}
+	get := func(wf string) *store.OwnerValues {
+		o := owners[wf]
+		if o == nil {
+			o = &store.OwnerValues{}
+			owners[wf] = o
+		}
+		return o
+	}
+	where, args := "", [][]any{{}}
+	if !req.AllWorkflows {
+		where, args = ` WHERE workflow_id = ?`, nil
+		for _, wf := range req.Workflows {
+			args = append(args, []any{wf})
+		}
+	}
+	for _, a := range args {
+		err := scanRows(ctx, tx, `SELECT workflow_id, sum(size) FROM checkpoints`+where+` GROUP BY workflow_id`, func(rows *sql.Rows) error {
+			var wf string
+			var n int64
+			if err := rows.Scan(&wf, &n); err != nil {
+				return err
+			}
+			get(wf).Logical += n
+			return nil
+		}, a...)
+		if err != nil {
+			return nil, err
+		}
+		// each distinct state of the workflow once
+		err = scanRows(ctx, tx, `SELECT d.workflow_id, length(s.data), CASE WHEN s.encoding = 4 THEN s.data END
+			FROM (SELECT DISTINCT workflow_id, state_hash FROM checkpoints`+where+`) d JOIN states s ON s.hash = d.state_hash`,
+			func(rows *sql.Rows) error {
+				var wf string
+				var n int64
+				var idx []byte
+				if err := rows.Scan(&wf, &n, &idx); err != nil {
+					return err
+				}
+				o := get(wf)
+				o.Rows += n
+				if idx != nil {
+					o.Indexes = append(o.Indexes, idx)
+				}
+				return nil
+			}, a...)
+		if err != nil {
+			return nil, err
+		}
+		err = scanRows(ctx, tx, `SELECT workflow_id, CASE WHEN encoding = 4 THEN size ELSE coalesce(length(value), 0) END,
+			coalesce(length(value), 0), CASE WHEN encoding = 4 THEN value END FROM writes`+where, func(rows *sql.Rows) error {
+			var wf string
+			var logical, n int64
+			var idx []byte
+			if err := rows.Scan(&wf, &logical, &n, &idx); err != nil {
+				return err
+			}
+			o := get(wf)
+			o.Logical += logical
+			o.Rows += n
+			if idx != nil {
+				o.Indexes = append(o.Indexes, idx)
+			}
+			return nil
+		}, a...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
+		out := make(map[chunk.Address][]byte, len(addrs))
+		err := eachAddrRow(ctx, tx.cached, qRunsByAddr, addrs, func(rows *sql.Rows) error {
+			var a, data []byte
+			if err := rows.Scan(&a, &data); err != nil {
+				return err
+			}
+			if len(a) == len(chunk.Address{}) {
+				out[chunk.Address(a)] = data
+			}
+			return nil
+		})
+		return out, err
+	}
+	sizes := func(addrs []chunk.Address) (map[chunk.Address]int64, error) {
+		out := make(map[chunk.Address]int64, len(addrs))
+		err := eachAddrRow(ctx, tx.cached, qChunkBytesByAddr, addrs, func(rows *sql.Rows) error {
+			var a []byte
+			var n int64
+			if err := rows.Scan(&a, &n); err != nil {
+				return err
+			}
+			if len(a) == len(chunk.Address{}) {
+				out[chunk.Address(a)] = n
+			}
+			return nil
+		})
+		return out, err
+	}
+	return store.OwnerFootprints(owners, runs, sizes)
+}
+
+// threadFootprints adds up the LangGraph rows of the threads req names.
+func threadFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) (map[string]store.Footprint, error) {
+	out := map[string]store.Footprint{}
+	where, args := "", [][]any{{}}
+	if !req.AllThreads {
+		where, args = ` WHERE thread_id = ?`, nil
+		for _, th := range req.Threads {
+			args = append(args, []any{th})
+		}
+	}
+	for _, a := range args {
+		for _, table := range []string{"lg_checkpoints", "lg_blobs", "lg_writes"} {
+			err := scanRows(ctx, tx, `SELECT thread_id, sum(size), sum(length(data)) FROM `+table+where+` GROUP BY thread_id`,
+				func(rows *sql.Rows) error {
+					var th string
+					var f store.Footprint
+					if err := rows.Scan(&th, &f.LogicalBytes, &f.StoredBytes); err != nil {
+						return err
+					}
+					out[th] = out[th].Add(f)
+					return nil
+				}, a...)
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
