@@ -426,10 +426,12 @@ def test_keep_last_over_a_long_chat(db: str, backend: str, ckptd_bin: str, ref: 
             r = by_step[h.metadata["step"]]
             assert h.values == r.values, h.metadata["step"]
             assert h.next == r.next
-        # resuming (a new turn) from each kept checkpoint gives the reference's state: each resume runs
-        # in a copy of the thread (thread/copy keeps the checkpoint ids), since its puts would make
-        # retention drop the other kept checkpoints of the thread it runs in
-        for i, h in enumerate(hist):
+        # resuming (a new turn) from each of the 20 newest, every 10th checkpoint of the replay chain
+        # behind them and the oldest kept gives the reference's state: each resume runs in a copy of
+        # the thread (thread/copy keeps the checkpoint ids), since its puts would make retention drop
+        # the other kept checkpoints of the thread it runs in
+        for i in sorted(set(range(20)) | set(range(20, len(hist), 10)) | {len(hist) - 1}):
+            h = hist[i]
             copy = "resume-%d" % i
             saver.copy_thread("chat", copy)
             r = by_step[h.metadata["step"]]
