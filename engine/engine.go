@@ -65,6 +65,7 @@ type Engine struct {
 	log       *slog.Logger
 	drift     driftState    // manifest cache and drift watches (engine/cache.go, engine/watch.go)
 	manifests manifestCache // stored manifests decoded (engine/manifests.go)
+	noSources noSources     // workflows known to have no configured sources (engine/nosources.go)
 }
 
 // New makes an Engine over st; log may be nil.

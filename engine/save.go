@@ -45,6 +45,15 @@ func (e *Engine) Save(ctx context.Context, req store.SaveRequest, sources *drift
 	if res.Existing {
 		info = nil // an idempotent repeat: the first save's fingerprint stands
 	}
+	if res.ConfiguredSources != nil { // configured by another process while we assumed none
+		e.noSources.forget(req.WorkflowID)
+		info = &protocol.SourcesInfo{Error: "the workflow's sources were configured (by another process) while this save was " +
+			"queued: it is stored without a source fingerprint; the next save has one"}
+		if sp, err := parseSources("sources", res.ConfiguredSources); err == nil {
+			info.Root = sp.Root
+		}
+		e.log.Warn("sources configured while a save was queued; saved without a fingerprint", "workflowId", req.WorkflowID)
+	}
 	return res, info, nil
 }
 
@@ -53,11 +62,18 @@ func (e *Engine) Save(ctx context.Context, req store.SaveRequest, sources *drift
 func (e *Engine) fingerprint(ctx context.Context, req *store.SaveRequest, spec *drift.Spec) (*protocol.SourcesInfo, error) {
 	configured := spec == nil
 	if configured {
+		if e.noSources.has(req.WorkflowID) {
+			req.AssumeNoSources = true // checked in the save's transaction
+			return nil, nil
+		}
+		gen := e.noSources.generation()
 		cfg, err := e.store.WorkflowSources(ctx, req.WorkflowID)
 		if err != nil {
 			return nil, err
 		}
 		if cfg == nil {
+			e.noSources.add(req.WorkflowID, gen)
+			req.AssumeNoSources = true // this read's snapshot may be older than the save's
 			return nil, nil
 		}
 		sp, err := parseSources("sources", cfg)

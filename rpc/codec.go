@@ -73,8 +73,7 @@ type Codec struct {
 	endOnce   sync.Once
 	abandoned error // set (before ended is closed) when an absurd frame ended the input
 
-	wmu  sync.Mutex
-	wbuf []byte
+	out outQueue // write side: frames of concurrent replies go out together (outqueue.go)
 }
 
 // Request is a request or notification read by Codec.Read.
@@ -450,65 +449,26 @@ func (c *Codec) writeResponse(stream io.Writer, rawID, result, errJSON, att []by
 	return c.writeFrame(stream, parts, att, hasAtt)
 }
 
-// copyMax is the largest part writeFrame copies into its buffer; larger ones (a state, an
+// copyMax is the largest part writeFrame copies into the output buffer; larger ones (a state, an
 // attachment) are written from where they are, so a reply never costs another copy of a state.
 const copyMax = 64 << 10
 
-// writeFrame writes one frame whose body is the concatenation of parts, followed by att. Small
-// frames go out in one Write; large parts are written in place, after the buffered bytes before
-// them. Writes of one frame are never interleaved with another's.
+// writeFrame writes one frame whose body is the concatenation of parts, followed by att, and
+// returns once it is written. Frames written concurrently go out together, in as few writes as
+// their sizes allow (outQueue); the bytes of one frame are never interleaved with another's.
 func (c *Codec) writeFrame(stream io.Writer, parts [][]byte, att []byte, hasAtt bool) error {
 	n := 0
 	for _, p := range parts {
 		n += len(p)
 	}
-	copied := 64
+	q := &c.out
+	f := q.begin(stream)
+	q.buf = framing.AppendHeader(q.buf, n, len(att), hasAtt)
 	for _, p := range parts {
-		if len(p) <= copyMax {
-			copied += len(p)
-		}
+		q.add(stream, p)
 	}
-	if len(att) <= copyMax {
-		copied += len(att)
-	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if cap(c.wbuf) < copied {
-		c.wbuf = make([]byte, 0, copied)
-	}
-	buf := framing.AppendHeader(c.wbuf[:0], n, len(att), hasAtt)
-	var err error
-	write := func(b []byte) {
-		if err == nil && len(b) > 0 {
-			_, err = stream.Write(b)
-		}
-	}
-	for _, p := range parts {
-		if len(p) > copyMax {
-			write(buf)
-			buf = buf[:0]
-			write(p)
-			continue
-		}
-		buf = append(buf, p...)
-	}
-	if len(att) > copyMax {
-		write(buf)
-		buf = buf[:0]
-		write(att)
-	} else {
-		buf = append(buf, att...)
-	}
-	write(buf)
-	if f, ok := stream.(interface{ Flush() error }); ok && err == nil {
-		err = f.Flush()
-	}
-	if cap(buf) <= copyMax+4<<10 {
-		c.wbuf = buf[:0] // keep small buffers only
-	} else {
-		c.wbuf = nil
-	}
-	return err
+	q.add(stream, att)
+	return q.finish(f)
 }
 
 // --- envelope scanning ---

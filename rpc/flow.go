@@ -4,6 +4,7 @@ import (
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,12 +45,19 @@ type flow struct {
 	mu        sync.Mutex
 	reqs      int
 	bytes     int64
-	room      chan struct{} // closed (and replaced) whenever something is released
+	room      chan struct{} // closed (and replaced) when something is released while waiting is set
+	waiting   bool          // the read loop waits for room
 	limit     int64         // the soft memory limit last set (ManageMemory)
-	idle      *time.Timer
-	allocBase uint64 // heap bytes allocated when memory was last returned
-	frees     int    // times memory was returned (for tests and logs)
+	limitAt   int64         // the bytes in flight when the limit was last computed
+	limitSkip int           // updates skipped since the limit was last computed
+	idle      *time.Timer   // runs freeIfIdle
+	armed     bool          // idle is set to fire
+	idleAt    time.Time     // when reqs last fell to 0
+	allocBase uint64        // heap bytes allocated when memory was last returned
+	frees     int           // times memory was returned (for tests and logs)
 	sample    []rtmetrics.Sample
+
+	active atomic.Int32 // reqs, read without mu
 }
 
 const (
@@ -91,12 +99,10 @@ func (f *flow) acquire(n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reqs++
+	f.active.Add(1)
 	f.bytes += n
-	if f.idle != nil {
-		f.idle.Stop()
-	}
 	if f.manage {
-		f.setLimitLocked()
+		f.moveLimitLocked()
 	}
 }
 
@@ -108,6 +114,7 @@ func (f *flow) waitRoom(stop <-chan struct{}) {
 			f.mu.Unlock()
 			return
 		}
+		f.waiting = true
 		room := f.room
 		f.mu.Unlock()
 		select {
@@ -123,25 +130,48 @@ func (f *flow) release(n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reqs--
+	f.active.Add(-1)
 	f.bytes -= n
-	close(f.room)
-	f.room = make(chan struct{})
-	if f.manage {
-		f.setLimitLocked()
+	if f.waiting {
+		f.waiting = false
+		close(f.room)
+		f.room = make(chan struct{})
 	}
-	if f.reqs == 0 && f.allocs()-f.allocBase > freeAfterAlloc {
-		if f.idle == nil {
-			f.idle = time.AfterFunc(freeIdle, f.freeIfIdle)
-		} else {
-			f.idle.Reset(freeIdle)
+	if f.manage {
+		f.moveLimitLocked()
+	}
+	if f.reqs == 0 {
+		// Idle: whether the burst allocated enough to be worth returning is asked once the
+		// connection has stayed idle for freeIdle. Per request this costs a clock read: no
+		// metrics read (about a µs), no timer moved (which wakes the runtime's poller).
+		f.idleAt = time.Now()
+		if !f.armed {
+			f.armed = true
+			if f.idle == nil {
+				f.idle = time.AfterFunc(freeIdle, f.freeIfIdle)
+			} else {
+				f.idle.Reset(freeIdle)
+			}
 		}
 	}
 }
 
-// freeIfIdle returns the heap to the operating system if no request arrived meanwhile.
+// freeIfIdle returns the heap to the operating system if the connection has been idle for
+// freeIdle and more than freeAfterAlloc bytes were allocated since it was last returned.
 func (f *flow) freeIfIdle() {
 	f.mu.Lock()
-	if f.reqs > 0 {
+	f.armed = false
+	if f.reqs > 0 { // busy again: the next idle moment arms the timer
+		f.mu.Unlock()
+		return
+	}
+	if d := time.Since(f.idleAt); d < freeIdle { // idle again, but only since then
+		f.armed = true
+		f.idle.Reset(freeIdle - d)
+		f.mu.Unlock()
+		return
+	}
+	if f.allocs()-f.allocBase <= freeAfterAlloc {
 		f.mu.Unlock()
 		return
 	}
@@ -153,8 +183,27 @@ func (f *flow) freeIfIdle() {
 	f.mu.Unlock()
 }
 
+// limitEvery: the soft memory limit is recomputed (the runtime's metrics read) when the bytes
+// in flight moved by memStep/memPerByte/2 since it last was, or every limitEvery changes.
+const limitEvery = 256
+
+// moveLimitLocked recomputes the soft memory limit when the bytes in flight moved enough for it
+// to matter (small requests come and go without it), and now and then for the live heap.
+func (f *flow) moveLimitLocked() {
+	d := f.bytes - f.limitAt
+	if d < 0 {
+		d = -d
+	}
+	if d*memPerByte < memStep/2 && f.limitSkip < limitEvery {
+		f.limitSkip++
+		return
+	}
+	f.setLimitLocked()
+}
+
 // setLimitLocked moves the soft memory limit with the live heap and the bytes in flight.
 func (f *flow) setLimitLocked() {
+	f.limitAt, f.limitSkip = f.bytes, 0
 	rtmetrics.Read(f.sample)
 	rest := max(0, int64(f.uint(sampleLive))-f.bytes) // live heap besides the requests
 	limit := memBase + rest + memPerByte*f.bytes

@@ -59,7 +59,9 @@ func (s *Server) configure(ctx context.Context, c *call) (reply, *jsonrpc2.Error
 		return reply{}, storeError(err)
 	}
 	if sources != nil || removeSources {
-		if err := s.store.SetWorkflowSources(ctx, p.WorkflowID, sources); err != nil {
+		err := s.store.SetWorkflowSources(ctx, p.WorkflowID, sources)
+		s.engine.SourcesConfigured(p.WorkflowID) // the next save reads them
+		if err != nil {
 			return reply{}, storeError(err)
 		}
 	}

@@ -34,8 +34,8 @@ type FootprintRequest struct {
 	AllWorkflows bool     // every workflow
 	Threads      []string // these LangGraph threads
 	AllThreads   bool     // every thread
-	// OmitTotal leaves the database's total (and the chunk and run counts) out: it adds up every
-	// value, where a page of workflows costs what the page holds.
+	// OmitTotal leaves the database's total (and the chunk and run counts) out. The total is
+	// read from kept counters (a row or a few), so leaving it out saves little.
 	OmitTotal bool
 }
 

@@ -13,8 +13,28 @@ package store
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 )
+
+// SourcesOfConfig returns the sources spec held in a workflow's stored configuration (the JSON
+// object of workflows.config; empty: none), or nil when it holds none. A configuration that does
+// not decode holds none; err says why (the caller logs it and goes on).
+func SourcesOfConfig(cfg []byte) (json.RawMessage, error) {
+	if len(cfg) == 0 {
+		return nil, nil
+	}
+	var c struct {
+		Sources json.RawMessage `json:"sources"`
+	}
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		return nil, fmt.Errorf("workflow config does not decode: %w", err)
+	}
+	if len(c.Sources) == 0 || string(c.Sources) == "null" {
+		return nil, nil
+	}
+	return c.Sources, nil
+}
 
 // VerifyManifests re-checks every stored source manifest: each entry row against its content
 // address and its decoding, each chunk against its id and the entries it lists, each manifest's

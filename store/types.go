@@ -146,6 +146,13 @@ type SaveRequest struct {
 	// FencingToken is the token of the writer's claim on the workflow (Claims), 0 for none:
 	// checked by CheckFence in the save's transaction. Not part of the idempotency digest.
 	FencingToken int64
+	// AssumeNoSources says the caller fingerprinted nothing because, as far as it knows, the
+	// workflow has no sources configured (the engine remembers that instead of reading the
+	// workflow's configuration before every save). The save's transaction checks it: if the
+	// workflow has sources configured after all (another process configured them meanwhile),
+	// the save is stored as it is, without a fingerprint, and SaveResult.ConfiguredSources holds
+	// them. Such a save carries no Manifest. Not part of the idempotency digest.
+	AssumeNoSources bool
 	// StateSHA256, if set (32 bytes), is State's SHA-256 as the caller computed it already (the
 	// daemon, rebuilding a wire delta, checked it): a chunked state is not hashed again. It is
 	// trusted: a wrong value stores a state that never verifies.
@@ -163,6 +170,9 @@ type SaveResult struct {
 	Deduplicated bool   // the state bytes were already stored
 	Existing     bool   // idempotent repeat of an earlier identical save
 	Pruned       []string
+	// ConfiguredSources are the sources configured for the workflow when the request assumed
+	// none (SaveRequest.AssumeNoSources) but its transaction found some; nil otherwise.
+	ConfiguredSources json.RawMessage
 }
 
 // Summary describes a checkpoint without its state or task lists.

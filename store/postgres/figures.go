@@ -136,6 +136,20 @@ func (s *Store) CheckFigures(ctx context.Context) ([]string, error) {
 				out = append(out, fmt.Sprintf("counter %s is %d, the rows count %d", c.name, c.kept, c.count))
 			}
 		}
+		// the database's footprint (the footprint step; footprint.go)
+		kf, err := readFootprint(ctx, tx, keptFootprintSQL)
+		if err != nil {
+			return err
+		}
+		rf, err := readFootprint(ctx, tx, recountFootprintSQL)
+		if err != nil {
+			return err
+		}
+		for i, c := range footprintCounters {
+			if kf.counts[i] != rf.counts[i] {
+				out = append(out, fmt.Sprintf("counter %s is %d, the rows count %d", c.name, kf.counts[i], rf.counts[i]))
+			}
+		}
 		return nil
 	})
 	if err != nil {

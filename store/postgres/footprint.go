@@ -18,20 +18,12 @@ func (s *Store) Footprints(ctx context.Context, req store.FootprintRequest) (sto
 		if req.OmitTotal {
 			return ownerFootprints(ctx, tx, req, &rep)
 		}
-		err := tx.QueryRow(ctx, `SELECT
-			((SELECT coalesce(sum(size), 0) FROM checkpoints)
-			+ (SELECT coalesce(sum(CASE WHEN encoding = 4 THEN size ELSE octet_length(value) END), 0) FROM writes)
-			+ (SELECT coalesce(sum(size), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(size), 0) FROM lg_blobs)
-			+ (SELECT coalesce(sum(size), 0) FROM lg_writes))::bigint,
-			((SELECT coalesce(sum(octet_length(data)), 0) FROM states) + (SELECT coalesce(sum(octet_length(value)), 0) FROM writes)
-			+ (SELECT coalesce(sum(octet_length(data)), 0) FROM chunk_runs) + (SELECT coalesce(sum(octet_length(data)), 0) FROM chunks)
-			+ (SELECT coalesce(sum(octet_length(data)), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(octet_length(data)), 0) FROM lg_blobs)
-			+ (SELECT coalesce(sum(octet_length(data)), 0) FROM lg_writes))::bigint,
-			(SELECT count(*) FROM chunks), (SELECT count(*) FROM chunk_runs)`).
-			Scan(&rep.Total.LogicalBytes, &rep.Total.StoredBytes, &rep.Chunks, &rep.Runs)
+		// the kept counters (the footprint step, figures.go): a few rows
+		k, err := readFootprint(ctx, tx, keptFootprintSQL)
 		if err != nil {
 			return err
 		}
+		rep.Total, rep.Chunks, rep.Runs = k.total()
 		return ownerFootprints(ctx, tx, req, &rep)
 	})
 	if err != nil {
@@ -176,4 +168,71 @@ func threadFootprints(ctx context.Context, tx pgx.Tx, req store.FootprintRequest
 		}
 	}
 	return out, nil
+}
+
+// footprint is what the database's footprint adds up: the checkpoints' sizes (state_bytes) and
+// the counters of the footprint step, in footprintCounters' order.
+type footprint struct {
+	stateBytes int64
+	counts     []int64
+}
+
+// total is the database's footprint and its chunk and run counts.
+func (k footprint) total() (store.Footprint, int64, int64) {
+	c := map[string]int64{}
+	for i, fc := range footprintCounters {
+		c[fc.name] = k.counts[i]
+	}
+	return store.Footprint{
+		LogicalBytes: k.stateBytes + c["write_logical"] + c["lg_logical"],
+		StoredBytes:  c["state_data"] + c["write_stored"] + c["run_bytes"] + c["chunk_bytes"] + c["lg_stored"],
+	}, c["chunks"], c["runs"]
+}
+
+var (
+	// keptFootprintSQL sums the shards of counters.
+	keptFootprintSQL = func() string {
+		q := `SELECT coalesce(sum(state_bytes), 0)::bigint`
+		for _, c := range footprintCounters {
+			q += `, coalesce(sum(` + c.name + `), 0)::bigint`
+		}
+		return q + ` FROM counters`
+	}()
+	// recountFootprintSQL adds up every value row instead.
+	recountFootprintSQL = func() string {
+		q := `SELECT (SELECT coalesce(sum(size), 0) FROM checkpoints)::bigint`
+		for _, c := range footprintCounters {
+			q += `, ` + c.recount + `::bigint`
+		}
+		return q
+	}()
+)
+
+func readFootprint(ctx context.Context, tx pgx.Tx, q string) (footprint, error) {
+	k := footprint{counts: make([]int64, len(footprintCounters))}
+	dest := []any{&k.stateBytes}
+	for i := range k.counts {
+		dest = append(dest, &k.counts[i])
+	}
+	return k, tx.QueryRow(ctx, q).Scan(dest...)
+}
+
+// RecountFootprint is the database's footprint added up from every value row, as Footprints
+// computed it before the counters kept it: the check of the counters (CheckFigures compares
+// them counter by counter).
+func (s *Store) RecountFootprint(ctx context.Context) (store.FootprintReport, error) {
+	var rep store.FootprintReport
+	err := s.readTx(ctx, func(tx pgx.Tx) error {
+		k, err := readFootprint(ctx, tx, recountFootprintSQL)
+		if err != nil {
+			return err
+		}
+		rep = store.FootprintReport{}
+		rep.Total, rep.Chunks, rep.Runs = k.total()
+		return nil
+	})
+	if err != nil {
+		return store.FootprintReport{}, wrapDB("recount the storage footprint", err)
+	}
+	return rep, nil
 }

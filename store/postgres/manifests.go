@@ -394,20 +394,20 @@ func (s *Store) WorkflowSources(ctx context.Context, workflowID string) (json.Ra
 	if err != nil {
 		return nil, wrapDB("workflow "+workflowID, err)
 	}
-	if cfg == nil || *cfg == "" {
-		return nil, nil
+	return s.sourcesOf(workflowID, cfg), nil
+}
+
+// sourcesOf returns the sources held in workflowID's stored config (store.SourcesOfConfig); a
+// config that does not decode holds none, with a warning.
+func (s *Store) sourcesOf(workflowID string, cfg *string) json.RawMessage {
+	if cfg == nil {
+		return nil
 	}
-	var c struct {
-		Sources json.RawMessage `json:"sources"`
-	}
-	if err := json.Unmarshal([]byte(*cfg), &c); err != nil {
+	src, err := store.SourcesOfConfig([]byte(*cfg))
+	if err != nil {
 		s.log.Warn("ckptd store: workflow config does not decode, ignoring it", "workflowId", workflowID, "err", err)
-		return nil, nil
 	}
-	if len(c.Sources) == 0 || string(c.Sources) == "null" {
-		return nil, nil
-	}
-	return c.Sources, nil
+	return src
 }
 
 // SetWorkflowSources stores spec (JSON) as workflowID's sources, creating the workflow if needed;

@@ -143,7 +143,8 @@ func nullBytes(b []byte) any {
 // the workflow's row hands out the seq (its upsert locks the row until the commit) and keeps
 // its figures (figures.go), the checkpoint and its metadata index rows are inserted. A
 // checkpoint id that exists already inserts nothing (ck is empty): the caller rolls the
-// statement back and compares.
+// statement back and compares. The workflow's config is returned for the engine's belief that
+// it has no sources (SaveRequest.AssumeNoSources), checked here.
 const saveSQL = `WITH st AS (
 	INSERT INTO states AS s (hash, encoding, size, stored_size, refs, data)
 	SELECT $3::bytea, $4, $5, $6, 1, $7::bytea WHERE $3::bytea IS NOT NULL
@@ -154,7 +155,7 @@ const saveSQL = `WITH st AS (
 	VALUES ($1, 2, $2, $2, 1, coalesce((SELECT stored_size FROM st), 0), 1)
 	ON CONFLICT (workflow_id) DO UPDATE SET next_seq = w.next_seq + 1, updated_at = greatest(w.updated_at, $2), completed_at = NULL,
 		ckpt_count = w.ckpt_count + 1, stored_bytes = w.stored_bytes + excluded.stored_bytes, latest_seq = w.next_seq
-	RETURNING w.next_seq - 1 AS seq, w.retention
+	RETURNING w.next_seq - 1 AS seq, w.retention, w.config
 ), ck AS (
 	INSERT INTO checkpoints (checkpoint_id, workflow_id, namespace, seq, parent_id, phase, step, step_name, error,
 		state_type, state_hash, size, stored_size, dedup, completed_count, pending_count, workflow_hash, created_at,
@@ -168,7 +169,7 @@ const saveSQL = `WITH st AS (
 	INSERT INTO checkpoint_meta (key, value, ckpt)
 	SELECT m.k, m.v, ck.id FROM ck, unnest($24::text[], $25::text[]) AS m(k, v)
 )
-SELECT ck.id, ck.stored_size, ck.dedup, wf.seq, wf.retention FROM wf LEFT JOIN ck ON true`
+SELECT ck.id, ck.stored_size, ck.dedup, wf.seq, wf.retention, wf.config FROM wf LEFT JOIN ck ON true`
 
 // insertArgs are saveSQL's arguments for a prepared save with creation time created and
 // format version format: $1..$25 are schema version 1's, $26 and $27 the validation's status
@@ -211,12 +212,13 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	var dedup *bool
 	var seq int64
 	var retJSON []byte
+	var cfg *string
 	// The claim first, read in the save's round trip: a writer that lost its claim stores
 	// nothing, not even an idempotent repeat (the job's savepoint undoes the statement).
 	b := &pgx.Batch{}
 	fc := queueFence(b, r.WorkflowID, r.FencingToken)
 	b.Queue(saveSQL, insertArgs(sj, created, store.FormatVersion)...).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&rowid, &stored, &dedup, &seq, &retJSON)
+		return row.Scan(&rowid, &stored, &dedup, &seq, &retJSON, &cfg)
 	})
 	if err := w.sendBatch(ctx, b); err != nil {
 		return err
@@ -243,6 +245,9 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: created, SizeBytes: int64(len(r.State)),
 		StoredBytes: *stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: *dedup}
+	if r.AssumeNoSources && cfg != nil { // the caller's belief, checked where it counts
+		sj.res.ConfiguredSources = s.sourcesOf(r.WorkflowID, cfg)
+	}
 	if cv := sj.Chunked; cv != nil { // the base of this workflow's next save
 		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: cv.Index.SHA256,
 			Value: r.State, Recipe: &cv.Recipe}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -434,7 +435,120 @@ CREATE TABLE chunk_runs (
 ALTER TABLE writes ADD COLUMN encoding smallint NOT NULL DEFAULT 0,  -- 0: value holds the bytes; 4: chunked
 	ADD COLUMN size bigint, ADD COLUMN sha256 bytea;                  -- of a chunked value
 `},
+	// The database's footprint kept (store/postgres/figures.go, store/footprint.go; SQLite's step
+	// 13): what Footprints' total adds up besides the checkpoints' sizes (state_bytes) is counted
+	// in counters, whatever writes the rows it adds up. A row trigger on each of those tables
+	// notes its change in settings local to the transaction (ckptd.fp_*; a savepoint rolled back
+	// takes its notes with it); a deferred trigger adds them to one shard of counters at COMMIT
+	// (the shard the writer names in ckptd.shard, its own: the one its COMMIT's totals go to, so
+	// a transaction locks one shard, last), so that no write waits on a counters row while it
+	// runs and stats reads a few rows instead of every value. Existing databases get them counted
+	// here.
+	{"the database's footprint kept in counters", footprintStep},
 }
+
+// footprintCounters are the counters the footprint step adds: name, what it counts.
+var footprintCounters = []struct{ name, recount string }{
+	{"state_data", `(SELECT coalesce(sum(octet_length(data)), 0) FROM states)`},
+	{"write_logical", `(SELECT coalesce(sum(CASE WHEN encoding = 4 THEN size ELSE octet_length(value) END), 0) FROM writes)`},
+	{"write_stored", `(SELECT coalesce(sum(octet_length(value)), 0) FROM writes)`},
+	{"chunks", `(SELECT count(*) FROM chunks)`},
+	{"chunk_bytes", `(SELECT coalesce(sum(octet_length(data)), 0) FROM chunks)`},
+	{"runs", `(SELECT count(*) FROM chunk_runs)`},
+	{"run_bytes", `(SELECT coalesce(sum(octet_length(data)), 0) FROM chunk_runs)`},
+	{"lg_logical", `((SELECT coalesce(sum(size), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(size), 0) FROM lg_blobs)
+		+ (SELECT coalesce(sum(size), 0) FROM lg_writes))`},
+	{"lg_stored", `((SELECT coalesce(sum(octet_length(data)), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(octet_length(data)), 0) FROM lg_blobs)
+		+ (SELECT coalesce(sum(octet_length(data)), 0) FROM lg_writes))`},
+}
+
+var footprintStep = func() string {
+	var b strings.Builder
+	var cols, inits, vals, sets, resets []string
+	for _, c := range footprintCounters {
+		cols = append(cols, c.name)
+		b.WriteString("ALTER TABLE counters ADD COLUMN " + c.name + " bigint NOT NULL DEFAULT 0;\n")
+		inits = append(inits, c.recount+"::bigint")
+		vals = append(vals, "coalesce(nullif(current_setting('ckptd.fp_"+c.name+"', true), '')::bigint, 0)")
+		sets = append(sets, c.name+" = k."+c.name+" + excluded."+c.name)
+		resets = append(resets, "\tPERFORM set_config('ckptd.fp_"+c.name+"', '', true);\n")
+	}
+	fmt.Fprintf(&b, "INSERT INTO counters AS k (shard, %s) VALUES (0, %s)\n\tON CONFLICT (shard) DO UPDATE SET %s;\n",
+		strings.Join(cols, ", "), strings.Join(inits, ", "), strings.Join(sets, ", "))
+	b.WriteString(`
+-- footprint_note notes one row's change: touches no table (no search_path needed).
+CREATE FUNCTION footprint_note() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	ka text; kb text; da bigint := 0; db bigint := 0;
+BEGIN
+	IF TG_TABLE_NAME = 'writes' THEN
+		ka := 'ckptd.fp_write_logical'; kb := 'ckptd.fp_write_stored';
+		IF TG_OP <> 'DELETE' THEN
+			da := coalesce(CASE WHEN NEW.encoding = 4 THEN NEW.size ELSE octet_length(NEW.value) END, 0);
+			db := coalesce(octet_length(NEW.value), 0);
+		END IF;
+		IF TG_OP <> 'INSERT' THEN
+			da := da - coalesce(CASE WHEN OLD.encoding = 4 THEN OLD.size ELSE octet_length(OLD.value) END, 0);
+			db := db - coalesce(octet_length(OLD.value), 0);
+		END IF;
+	ELSIF TG_TABLE_NAME = 'states' THEN
+		ka := 'ckptd.fp_state_data'; kb := ka;
+		IF TG_OP <> 'DELETE' THEN da := octet_length(NEW.data); END IF;
+		IF TG_OP <> 'INSERT' THEN da := da - octet_length(OLD.data); END IF;
+	ELSIF TG_TABLE_NAME IN ('chunks', 'chunk_runs') THEN
+		IF TG_TABLE_NAME = 'chunks' THEN
+			ka := 'ckptd.fp_chunks'; kb := 'ckptd.fp_chunk_bytes';
+		ELSE
+			ka := 'ckptd.fp_runs'; kb := 'ckptd.fp_run_bytes';
+		END IF;
+		IF TG_OP <> 'DELETE' THEN da := 1; db := octet_length(NEW.data); END IF;
+		IF TG_OP <> 'INSERT' THEN da := da - 1; db := db - octet_length(OLD.data); END IF;
+	ELSE -- lg_checkpoints, lg_blobs, lg_writes
+		ka := 'ckptd.fp_lg_logical'; kb := 'ckptd.fp_lg_stored';
+		IF TG_OP <> 'DELETE' THEN da := NEW.size; db := octet_length(NEW.data); END IF;
+		IF TG_OP <> 'INSERT' THEN da := da - OLD.size; db := db - octet_length(OLD.data); END IF;
+	END IF;
+	IF da <> 0 THEN
+		PERFORM set_config(ka, (coalesce(nullif(current_setting(ka, true), '')::bigint, 0) + da)::text, true);
+	END IF;
+	IF db <> 0 THEN
+		PERFORM set_config(kb, (coalesce(nullif(current_setting(kb, true), '')::bigint, 0) + db)::text, true);
+	END IF;
+	IF da <> 0 OR db <> 0 THEN
+		PERFORM set_config('ckptd.fp_dirty', '1', true);
+	END IF;
+	RETURN NULL;
+END $$;
+
+-- footprint_flush adds the transaction's notes to its shard, once (at COMMIT).
+CREATE FUNCTION footprint_flush() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+	sh smallint;
+BEGIN
+	IF coalesce(current_setting('ckptd.fp_dirty', true), '') <> '1' THEN
+		RETURN NULL;
+	END IF;
+	sh := coalesce(nullif(current_setting('ckptd.shard', true), '')::smallint, (16 + pg_backend_pid() % 48)::smallint);
+`)
+	fmt.Fprintf(&b, "\tINSERT INTO counters AS k (shard, %s) VALUES (sh, %s)\n\t\tON CONFLICT (shard) DO UPDATE SET %s;\n",
+		strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
+	b.WriteString(strings.Join(resets, ""))
+	b.WriteString(`	PERFORM set_config('ckptd.fp_dirty', '', true);
+	RETURN NULL;
+END $$;
+`)
+	for _, t := range []struct{ table, cols string }{
+		{"states", "data"}, {"writes", "value, encoding, size"}, {"chunks", "data"}, {"chunk_runs", "data"},
+		{"lg_checkpoints", "size, data"}, {"lg_blobs", "size, data"}, {"lg_writes", "size, data"},
+	} {
+		fmt.Fprintf(&b, `CREATE TRIGGER %[1]s_footprint AFTER INSERT OR DELETE OR UPDATE OF %[2]s ON %[1]s
+	FOR EACH ROW EXECUTE FUNCTION footprint_note();
+CREATE CONSTRAINT TRIGGER %[1]s_footprint_flush AFTER INSERT OR DELETE OR UPDATE OF %[2]s ON %[1]s
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION footprint_flush();
+`, t.table, t.cols)
+	}
+	return b.String()
+}()
 
 // SchemaVersion is the version this build migrates databases to.
 var SchemaVersion = len(migrations)

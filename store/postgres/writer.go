@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -365,6 +366,9 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 	defer pc.Release()
 	w := &wtx{s: s, conn: pc.Conn()}
 	w.queue("BEGIN")
+	// the shard the footprint's deferred trigger adds to: this process's, as its totals
+	// (figures.go), so that a transaction locks one counters row
+	w.queue(`SELECT set_config('ckptd.shard', $1, true)`, strconv.Itoa(int(s.shard)))
 	open := true
 	defer func() {
 		if open {

@@ -348,9 +348,13 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 			return err
 		}
 		for i, wr := range writes {
-			verb := "INSERT OR IGNORE"
+			// a special write (idx < 0) replaces the one stored: DO UPDATE, whose UPDATE fires
+			// the kept footprint's triggers (OR REPLACE's deletion would not; schema step 13)
+			conflict := ` ON CONFLICT(thread_id, namespace, checkpoint_id, task_id, idx) DO NOTHING`
 			if wr.Idx < 0 {
-				verb = "INSERT OR REPLACE"
+				conflict = ` ON CONFLICT(thread_id, namespace, checkpoint_id, task_id, idx) DO UPDATE SET task_path = excluded.task_path,
+					channel = excluded.channel, type = excluded.type, encoding = excluded.encoding, size = excluded.size,
+					sha256 = excluded.sha256, data = excluded.data`
 			}
 			var res sql.Result
 			var err error
@@ -358,17 +362,17 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 				if _, err := lgStaged(ctx, w, thread, wr.Staged, fmt.Sprintf("writes[%d].valueId", i)); err != nil {
 					return err
 				}
-				res, err = w.lgExec(ctx, verb+` INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
+				res, err = w.lgExec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
 					channel, type, encoding, size, sha256, data) SELECT ?,?,?,?,?,?,?, type, encoding, size, sha256, data
-					FROM lg_staged WHERE id = ?`, thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Staged)
+					FROM lg_staged WHERE id = ?`+conflict, thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Staged)
 				if err == nil {
 					_, err = w.lgExec(ctx, `DELETE FROM lg_staged WHERE id = ?`, wr.Staged)
 					s.staged.Delete(wr.Staged)
 				}
 			} else {
 				p := ps[i]
-				res, err = w.lgExec(ctx, verb+` INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
-					channel, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+				res, err = w.lgExec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
+					channel, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`+conflict,
 					thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.Enc, p.Size, p.SHA, p.Data)
 			}
 			if err != nil {

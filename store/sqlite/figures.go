@@ -212,6 +212,20 @@ func (s *Store) CheckFigures(ctx context.Context) ([]string, error) {
 				out = append(out, fmt.Sprintf("counter %s is %d, the rows count %d", c.name, c.kept, c.count))
 			}
 		}
+		// the database's footprint (schema step 13; footprint.go)
+		kf, err := readFootprintCounters(ctx, tx, false)
+		if err != nil {
+			return err
+		}
+		rf, err := recountFootprint(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for i, c := range kf.named() {
+			if n := rf.named()[i].n; c.n != n {
+				out = append(out, fmt.Sprintf("counter %s is %d, the rows count %d", c.name, c.n, n))
+			}
+		}
 		return nil
 	})
 	if err != nil {

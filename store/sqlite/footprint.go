@@ -20,39 +20,12 @@ func (s *Store) Footprints(ctx context.Context, req store.FootprintRequest) (sto
 		if req.OmitTotal {
 			return s.ownerFootprints(ctx, tx, req, &rep)
 		}
-		var t store.Footprint
-		var n int64
-		for _, q := range []struct {
-			sql     string
-			logical bool
-		}{
-			{`SELECT coalesce(sum(size), 0) FROM checkpoints`, true},
-			{`SELECT coalesce(sum(CASE WHEN encoding = 4 THEN size ELSE length(value) END), 0) FROM writes`, true},
-			{`SELECT coalesce(sum(size), 0) FROM lg_checkpoints`, true},
-			{`SELECT coalesce(sum(size), 0) FROM lg_blobs`, true},
-			{`SELECT coalesce(sum(size), 0) FROM lg_writes`, true},
-			{`SELECT coalesce(sum(length(data)), 0) FROM states`, false},
-			{`SELECT coalesce(sum(length(value)), 0) FROM writes`, false},
-			{`SELECT coalesce(sum(length(data)), 0) FROM runs`, false},
-			{`SELECT coalesce(sum(length(data)), 0) FROM chunks`, false},
-			{`SELECT coalesce(sum(length(data)), 0) FROM lg_checkpoints`, false},
-			{`SELECT coalesce(sum(length(data)), 0) FROM lg_blobs`, false},
-			{`SELECT coalesce(sum(length(data)), 0) FROM lg_writes`, false},
-		} {
-			if err := tx.QueryRowContext(ctx, q.sql).Scan(&n); err != nil {
-				return err
-			}
-			if q.logical {
-				t.LogicalBytes += n
-			} else {
-				t.StoredBytes += n
-			}
-		}
-		rep.Total = t
-		if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM run_addrs)`).
-			Scan(&rep.Chunks, &rep.Runs); err != nil {
+		// the kept counters (schema step 13, figures.go): one row
+		k, err := readFootprintCounters(ctx, tx, true)
+		if err != nil {
 			return err
 		}
+		rep.Total, rep.Chunks, rep.Runs = k.total()
 		return s.ownerFootprints(ctx, tx, req, &rep)
 	})
 	if err != nil {
@@ -208,4 +181,83 @@ func threadFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) 
 		}
 	}
 	return out, nil
+}
+
+// footprintCounters are the counters the database's footprint adds up (schema step 13, and
+// state_bytes of step 10).
+type footprintCounters struct {
+	stateBytes, stateData, writeLogical, writeStored, chunks, chunkBytes, runs, runBytes, lgLogical, lgStored int64
+}
+
+// total is the database's footprint and its chunk and run counts.
+func (k footprintCounters) total() (store.Footprint, int64, int64) {
+	return store.Footprint{
+		LogicalBytes: k.stateBytes + k.writeLogical + k.lgLogical,
+		StoredBytes:  k.stateData + k.writeStored + k.runBytes + k.chunkBytes + k.lgStored,
+	}, k.chunks, k.runs
+}
+
+// named lists the counters by name, for CheckFigures.
+func (k footprintCounters) named() []namedCount {
+	return []namedCount{{"state data bytes", k.stateData}, {"pending-write logical bytes", k.writeLogical},
+		{"pending-write stored bytes", k.writeStored}, {"chunks", k.chunks}, {"chunk bytes", k.chunkBytes},
+		{"runs", k.runs}, {"run bytes", k.runBytes}, {"LangGraph logical bytes", k.lgLogical}, {"LangGraph stored bytes", k.lgStored}}
+}
+
+type namedCount struct {
+	name string
+	n    int64
+}
+
+// readFootprintCounters reads them from the counters row (cached: Footprints' statement).
+func readFootprintCounters(ctx context.Context, tx *rtx, cached bool) (footprintCounters, error) {
+	var k footprintCounters
+	const q = `SELECT state_bytes, state_data, write_logical, write_stored, chunks, chunk_bytes, runs, run_bytes,
+		lg_logical, lg_stored FROM counters WHERE id = 1`
+	row := tx.QueryRowContext
+	if cached {
+		row = tx.cachedRow
+	}
+	err := row(ctx, q).Scan(&k.stateBytes, &k.stateData, &k.writeLogical, &k.writeStored, &k.chunks, &k.chunkBytes,
+		&k.runs, &k.runBytes, &k.lgLogical, &k.lgStored)
+	return k, err
+}
+
+// recountFootprint adds up every value row: what the counters keep, recounted (CheckFigures,
+// and the conformance suite's check of the counters).
+func recountFootprint(ctx context.Context, tx *rtx) (footprintCounters, error) {
+	var k footprintCounters
+	err := tx.QueryRowContext(ctx, `SELECT (SELECT coalesce(sum(size), 0) FROM checkpoints),
+		(SELECT coalesce(sum(length(data)), 0) FROM states),
+		(SELECT coalesce(sum(CASE WHEN encoding = 4 THEN size ELSE length(value) END), 0) FROM writes),
+		(SELECT coalesce(sum(length(value)), 0) FROM writes),
+		(SELECT count(*) FROM chunk_addrs), (SELECT coalesce(sum(length(data)), 0) FROM chunks),
+		(SELECT count(*) FROM run_addrs), (SELECT coalesce(sum(length(data)), 0) FROM runs),
+		(SELECT coalesce(sum(size), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(size), 0) FROM lg_blobs)
+			+ (SELECT coalesce(sum(size), 0) FROM lg_writes),
+		(SELECT coalesce(sum(length(data)), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(length(data)), 0) FROM lg_blobs)
+			+ (SELECT coalesce(sum(length(data)), 0) FROM lg_writes)`).
+		Scan(&k.stateBytes, &k.stateData, &k.writeLogical, &k.writeStored, &k.chunks, &k.chunkBytes, &k.runs, &k.runBytes,
+			&k.lgLogical, &k.lgStored)
+	return k, err
+}
+
+// RecountFootprint is the database's footprint added up from every value row, as Footprints
+// computed it before the counters kept it: the check of the counters (CheckFigures compares
+// them counter by counter).
+func (s *Store) RecountFootprint(ctx context.Context) (store.FootprintReport, error) {
+	var rep store.FootprintReport
+	err := s.readTx(ctx, func(tx *rtx) error {
+		k, err := recountFootprint(ctx, tx)
+		if err != nil {
+			return err
+		}
+		rep = store.FootprintReport{}
+		rep.Total, rep.Chunks, rep.Runs = k.total()
+		return nil
+	})
+	if err != nil {
+		return store.FootprintReport{}, wrapDB("recount the storage footprint", err)
+	}
+	return rep, nil
 }

@@ -26,14 +26,24 @@ import (
 //
 // The gate only orders writers: SQLite's lock still guarantees their exclusion, so a writer that
 // cannot get the gate in time (another process stuck in a long transaction) goes on without it.
+//
+// A store alone on its database has no one to take turns with: every store holds a shared lock
+// on a third byte for its lifetime, and a writer asks the kernel (one F_OFD_GETLK) whether anyone
+// else does before it bothers with the gate's four calls. One that starts meanwhile is seen at
+// the next commit (until then SQLite's busy handler orders the two, as without a gate).
 type writeGate struct {
 	f *os.File
+	// seen: this store holds its presence lock, so other stores know it is there. One that could
+	// not take it (no lock left in the kernel's table) never counts itself alone: it cannot know
+	// whether the others count it, so it keeps taking turns.
+	seen bool
 }
 
 const (
 	gateTurnstile = int64(1) << 62 // SQLite locks bytes 0x40000000-0x400001ff only
 	gateWrite     = gateTurnstile + 1
-	gateWait      = 10 * time.Second // then write without the gate
+	gatePresence  = gateTurnstile + 2 // held shared by every open store
+	gateWait      = 10 * time.Second  // then write without the gate
 )
 
 // openGate opens the database file for its gate locks; nil when it cannot (no gate then).
@@ -42,12 +52,28 @@ func openGate(path string) *writeGate {
 	if err != nil {
 		return nil
 	}
-	return &writeGate{f: f}
+	g := &writeGate{f: f}
+	// never contended (no one holds it exclusively), but it could fail (ENOLCK)
+	g.seen = g.flock(unix.F_OFD_SETLK, unix.F_RDLCK, gatePresence) == nil
+	return g
 }
 
-// enter takes the write turn; false when it could not within gateWait.
+// alone reports whether no other open store (in this process or another) shares the database.
+func (g *writeGate) alone() bool {
+	if !g.seen {
+		return false
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: gatePresence, Len: 1}
+	if err := unix.FcntlFlock(g.f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		return false
+	}
+	return lk.Type == unix.F_UNLCK
+}
+
+// enter takes the write turn; false when it could not within gateWait, or when the store is
+// alone on its database (no turns to take).
 func (g *writeGate) enter() bool {
-	if g == nil {
+	if g == nil || g.alone() {
 		return false
 	}
 	if !g.lock(gateTurnstile) {

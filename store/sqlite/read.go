@@ -90,7 +90,10 @@ func (s *Store) retryRead(ctx context.Context, op string, f func() error) error 
 	return nil
 }
 
-const loadQuery = `SELECT ` + summaryCols + `, c.completed_tasks, c.pending_tasks, s.encoding, s.size, s.data
+// loadQuery reads a checkpoint with its state, and whether it has pending writes (most have
+// none: their query is then not run).
+const loadQuery = `SELECT ` + summaryCols + `, c.completed_tasks, c.pending_tasks, s.encoding, s.size, s.data,
+	EXISTS (SELECT 1 FROM writes w WHERE w.checkpoint_id = c.checkpoint_id)
 	FROM checkpoints c LEFT JOIN states s ON s.hash = c.state_hash WHERE `
 
 // loadOne reads and verifies one checkpoint by rowid or checkpoint id inside tx.
@@ -129,7 +132,8 @@ func (s *Store) loadOne(ctx context.Context, tx *rtx, where string, arg any) (_ 
 	var completed, pending, index []byte
 	var enc, size sql.NullInt64
 	var data sql.RawBytes
-	if err := rows.Scan(append(x.dest(), &completed, &pending, &enc, &size, &data)...); err != nil {
+	var hasWrites bool
+	if err := rows.Scan(append(x.dest(), &completed, &pending, &enc, &size, &data, &hasWrites)...); err != nil {
 		return store.Checkpoint{}, err // SQLITE_CORRUPT: see the defer above
 	}
 	sm, err := x.finish()
@@ -171,9 +175,10 @@ func (s *Store) loadOne(ctx context.Context, tx *rtx, where string, arg any) (_ 
 	if sm.StateType != store.StateNone && int64(len(cp.State)) != sm.SizeBytes {
 		return store.Checkpoint{}, &store.CorruptError{CheckpointID: sm.CheckpointID, Reason: "state size mismatch"}
 	}
-	cp.PendingWrites, err = s.readWrites(ctx, tx, sm.CheckpointID)
-	if err != nil {
-		return store.Checkpoint{}, err
+	if hasWrites {
+		if cp.PendingWrites, err = s.readWrites(ctx, tx, sm.CheckpointID); err != nil {
+			return store.Checkpoint{}, err
+		}
 	}
 	return cp, nil
 }
@@ -244,7 +249,7 @@ func (s *Store) readWritesWith(ctx context.Context, query queryFunc, checkpointI
 // a *CorruptError; an unknown one ErrNotFound.
 func (s *Store) Load(ctx context.Context, checkpointID string) (store.Checkpoint, error) {
 	var cp store.Checkpoint
-	err := s.readTx(ctx, func(tx *rtx) error {
+	err := s.readTxHot(ctx, recentCheckpoint(checkpointID), func(tx *rtx) error {
 		var err error
 		cp, err = s.loadOne(ctx, tx, "c.checkpoint_id = ?", checkpointID)
 		return err
@@ -270,7 +275,7 @@ func (s *Store) Load(ctx context.Context, checkpointID string) (store.Checkpoint
 // one is corrupt, the *CorruptError of the newest.
 func (s *Store) LoadLatest(ctx context.Context, workflowID, namespace string) (store.LoadResult, error) {
 	var res store.LoadResult
-	err := s.readTx(ctx, func(tx *rtx) error {
+	err := s.readTxHot(ctx, recentWorkflow(workflowID, namespace), func(tx *rtx) error {
 		res = store.LoadResult{}
 		rows, err := s.query(ctx, tx, `SELECT id, checkpoint_id FROM checkpoints WHERE workflow_id = ? AND namespace = ?
 			ORDER BY seq DESC`, workflowID, namespace)

@@ -67,13 +67,17 @@ func (p *readPool) get(ctx context.Context) (*rconn, error) {
 		p.open++
 		p.mu.Unlock()
 		rc, err := p.dial(ctx)
-		if err != nil {
-			p.mu.Lock()
-			p.open--
+		if err == nil {
+			return rc, nil
+		}
+		p.mu.Lock()
+		p.open--
+		if p.open == 0 {
 			p.mu.Unlock()
 			return nil, err
 		}
-		return rc, nil
+		// Another connection exists (the database's path may name another file by now, which
+		// the connector refuses to open): wait for it.
 	}
 	p.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -127,6 +131,33 @@ func (p *readPool) put(rc *rconn, bad bool) {
 	p.free <- rc // never blocks: at most size connections exist
 }
 
+// warm opens the connections of the pool not open yet, one at a time, runs read on each (so
+// that it holds the database file and its WAL open) and leaves it free. A read that takes one
+// meanwhile is welcome to it: warm never waits for a connection the pool does not count.
+func (p *readPool) warm(ctx context.Context, read func(rc *rconn) error) error {
+	for {
+		p.mu.Lock()
+		if p.closed || p.open >= p.size {
+			p.mu.Unlock()
+			return nil
+		}
+		p.open++
+		p.mu.Unlock()
+		rc, err := p.dial(ctx)
+		if err != nil {
+			p.mu.Lock()
+			p.open--
+			p.mu.Unlock()
+			return err
+		}
+		err = read(rc)
+		p.put(rc, err != nil)
+		if err != nil {
+			return err
+		}
+	}
+}
+
 // close closes the free connections now and the others as they are returned.
 func (p *readPool) close() {
 	p.mu.Lock()
@@ -146,6 +177,12 @@ func (p *readPool) close() {
 }
 
 func (rc *rconn) close() {
+	rc.closeStmts()
+	_ = rc.conn.Close()
+}
+
+// closeStmts closes rc's prepared statements, not its connection.
+func (rc *rconn) closeStmts() {
 	for _, st := range rc.stmts {
 		_ = st.Close()
 	}
@@ -154,7 +191,6 @@ func (rc *rconn) close() {
 			_ = st.Close()
 		}
 	}
-	_ = rc.conn.Close()
 }
 
 // stmt returns rc's prepared statement for q, preparing it on first use; nil (and no error) when

@@ -122,12 +122,13 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 		// The workflow's row hands out the seq and keeps its figures (figures.go): ?3 the stored
 		// size of the checkpoint being inserted. completed_at is not among the columns it sets
 		// (a completed workflow's is cleared by reopenWf): so workflows_open is not rewritten by
-		// every save (schema step 9).
+		// every save (schema step 9). config is returned for the engine's belief that the
+		// workflow has no sources (SaveRequest.AssumeNoSources), checked here.
 		{&ws.upsertWf, `INSERT INTO workflows(workflow_id, next_seq, created_at, updated_at, ckpt_count, stored_bytes, latest_seq)
 			VALUES (?1, 2, ?2, ?2, 1, ?3, 1)
 			ON CONFLICT(workflow_id) DO UPDATE SET next_seq = next_seq + 1, updated_at = max(updated_at, ?2),
 				ckpt_count = ckpt_count + 1, stored_bytes = stored_bytes + ?3, latest_seq = next_seq
-			RETURNING next_seq - 1, retention, completed_at IS NOT NULL`},
+			RETURNING next_seq - 1, retention, completed_at IS NOT NULL, config`},
 		{&ws.reopenWf, `UPDATE workflows SET completed_at = NULL WHERE workflow_id = ?`},
 		{&ws.selState, `SELECT stored_size FROM states WHERE hash = ?`},
 		{&ws.insState, `INSERT INTO states(hash, encoding, size, stored_size, data) VALUES (?, ?, ?, ?, ?)`},
@@ -272,9 +273,9 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 		return err
 	}
 	var seq int64
-	var retJSON sql.NullString
+	var retJSON, cfg sql.NullString
 	var completed bool
-	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros, stored).Scan(&seq, &retJSON, &completed); err != nil {
+	if err := ws.upsertWf.QueryRowContext(ctx, r.WorkflowID, micros, stored).Scan(&seq, &retJSON, &completed, &cfg); err != nil {
 		return err
 	}
 	if completed { // a save makes a completed workflow resumable again
@@ -307,6 +308,9 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	}
 	sj.res = store.SaveResult{CheckpointID: sj.ID, Seq: seq, CreatedAt: time.UnixMicro(micros).UTC(), SizeBytes: int64(len(r.State)),
 		StoredBytes: stored, SHA256: hex.EncodeToString(sj.SHA), Deduplicated: dedup}
+	if r.AssumeNoSources && cfg.Valid { // the caller's belief, checked where it counts
+		sj.res.ConfiguredSources = s.sourcesOf(r.WorkflowID, cfg)
+	}
 	if sj.Chunked != nil || sj.ChunkLater { // the base of this workflow's next save
 		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: [32]byte(sj.SHA),
 			Value: r.State}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 )
 
 // applicationID marks a SQLite file as a ckptd database (PRAGMA application_id, "ckpt").
@@ -468,6 +469,96 @@ ALTER TABLE writes ADD COLUMN encoding INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE writes ADD COLUMN size INTEGER;
 ALTER TABLE writes ADD COLUMN sha256 BLOB;
 `,
+	// 13: the database's footprint kept (store/sqlite/figures.go, store/footprint.go): what
+	// Footprints' total adds up besides the checkpoints' sizes (state_bytes) is counted in
+	// counters by triggers on the rows it adds up (whatever writes them: saves, pending writes,
+	// chunk and run bookkeeping, deferred compression and chunking, imports, deletions in bites,
+	// LangGraph puts, copies, prunes and retention), so that stats reads one row instead of
+	// every value. The triggers update the counters row, a page every save writes already (#18).
+	// An UPSERT's DO UPDATE fires the UPDATE triggers; no statement on these tables replaces a
+	// row with OR REPLACE (whose deletion fires no trigger). Existing databases get them counted
+	// here.
+	`
+ALTER TABLE counters ADD COLUMN state_data INTEGER NOT NULL DEFAULT 0;     -- sum of length(states.data)
+ALTER TABLE counters ADD COLUMN write_logical INTEGER NOT NULL DEFAULT 0;  -- pending-write values as sent
+ALTER TABLE counters ADD COLUMN write_stored INTEGER NOT NULL DEFAULT 0;   -- sum of length(writes.value)
+ALTER TABLE counters ADD COLUMN chunks INTEGER NOT NULL DEFAULT 0;         -- rows of chunks
+ALTER TABLE counters ADD COLUMN chunk_bytes INTEGER NOT NULL DEFAULT 0;    -- sum of length(chunks.data)
+ALTER TABLE counters ADD COLUMN runs INTEGER NOT NULL DEFAULT 0;           -- rows of runs
+ALTER TABLE counters ADD COLUMN run_bytes INTEGER NOT NULL DEFAULT 0;      -- sum of length(runs.data)
+ALTER TABLE counters ADD COLUMN lg_logical INTEGER NOT NULL DEFAULT 0;     -- sum of size of lg_checkpoints, lg_blobs, lg_writes
+ALTER TABLE counters ADD COLUMN lg_stored INTEGER NOT NULL DEFAULT 0;      -- sum of length(data) of the same
+UPDATE counters SET
+	state_data = (SELECT coalesce(sum(length(data)), 0) FROM states),
+	write_logical = (SELECT coalesce(sum(CASE WHEN encoding = 4 THEN size ELSE length(value) END), 0) FROM writes),
+	write_stored = (SELECT coalesce(sum(length(value)), 0) FROM writes),
+	chunks = (SELECT count(*) FROM chunks), chunk_bytes = (SELECT coalesce(sum(length(data)), 0) FROM chunks),
+	runs = (SELECT count(*) FROM runs), run_bytes = (SELECT coalesce(sum(length(data)), 0) FROM runs),
+	lg_logical = (SELECT coalesce(sum(size), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(size), 0) FROM lg_blobs)
+		+ (SELECT coalesce(sum(size), 0) FROM lg_writes),
+	lg_stored = (SELECT coalesce(sum(length(data)), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(length(data)), 0) FROM lg_blobs)
+		+ (SELECT coalesce(sum(length(data)), 0) FROM lg_writes)
+	WHERE id = 1;
+
+CREATE TRIGGER states_footprint_ins AFTER INSERT ON states BEGIN
+	UPDATE counters SET state_data = state_data + coalesce(length(NEW.data), 0) WHERE id = 1;
+END;
+CREATE TRIGGER states_footprint_upd AFTER UPDATE OF data ON states BEGIN
+	UPDATE counters SET state_data = state_data + coalesce(length(NEW.data), 0) - coalesce(length(OLD.data), 0) WHERE id = 1;
+END;
+CREATE TRIGGER states_footprint_del AFTER DELETE ON states BEGIN
+	UPDATE counters SET state_data = state_data - coalesce(length(OLD.data), 0) WHERE id = 1;
+END;
+
+CREATE TRIGGER writes_footprint_ins AFTER INSERT ON writes BEGIN
+	UPDATE counters SET write_logical = write_logical + coalesce(CASE WHEN NEW.encoding = 4 THEN NEW.size ELSE length(NEW.value) END, 0),
+		write_stored = write_stored + coalesce(length(NEW.value), 0) WHERE id = 1;
+END;
+CREATE TRIGGER writes_footprint_upd AFTER UPDATE OF value, encoding, size ON writes BEGIN
+	UPDATE counters SET write_logical = write_logical + coalesce(CASE WHEN NEW.encoding = 4 THEN NEW.size ELSE length(NEW.value) END, 0)
+			- coalesce(CASE WHEN OLD.encoding = 4 THEN OLD.size ELSE length(OLD.value) END, 0),
+		write_stored = write_stored + coalesce(length(NEW.value), 0) - coalesce(length(OLD.value), 0) WHERE id = 1;
+END;
+CREATE TRIGGER writes_footprint_del AFTER DELETE ON writes BEGIN
+	UPDATE counters SET write_logical = write_logical - coalesce(CASE WHEN OLD.encoding = 4 THEN OLD.size ELSE length(OLD.value) END, 0),
+		write_stored = write_stored - coalesce(length(OLD.value), 0) WHERE id = 1;
+END;
+
+CREATE TRIGGER chunks_footprint_ins AFTER INSERT ON chunks BEGIN
+	UPDATE counters SET chunks = chunks + 1, chunk_bytes = chunk_bytes + length(NEW.data) WHERE id = 1;
+END;
+CREATE TRIGGER chunks_footprint_upd AFTER UPDATE OF data ON chunks BEGIN
+	UPDATE counters SET chunk_bytes = chunk_bytes + length(NEW.data) - length(OLD.data) WHERE id = 1;
+END;
+CREATE TRIGGER chunks_footprint_del AFTER DELETE ON chunks BEGIN
+	UPDATE counters SET chunks = chunks - 1, chunk_bytes = chunk_bytes - length(OLD.data) WHERE id = 1;
+END;
+
+CREATE TRIGGER runs_footprint_ins AFTER INSERT ON runs BEGIN
+	UPDATE counters SET runs = runs + 1, run_bytes = run_bytes + length(NEW.data) WHERE id = 1;
+END;
+CREATE TRIGGER runs_footprint_upd AFTER UPDATE OF data ON runs BEGIN
+	UPDATE counters SET run_bytes = run_bytes + length(NEW.data) - length(OLD.data) WHERE id = 1;
+END;
+CREATE TRIGGER runs_footprint_del AFTER DELETE ON runs BEGIN
+	UPDATE counters SET runs = runs - 1, run_bytes = run_bytes - length(OLD.data) WHERE id = 1;
+END;
+` + lgFootprintTriggers("lg_checkpoints") + lgFootprintTriggers("lg_blobs") + lgFootprintTriggers("lg_writes"),
+}
+
+// lgFootprintTriggers keeps counters.lg_logical and lg_stored for one LangGraph table (step 13).
+func lgFootprintTriggers(table string) string {
+	return strings.NewReplacer("TABLE", table).Replace(`
+CREATE TRIGGER TABLE_footprint_ins AFTER INSERT ON TABLE BEGIN
+	UPDATE counters SET lg_logical = lg_logical + NEW.size, lg_stored = lg_stored + length(NEW.data) WHERE id = 1;
+END;
+CREATE TRIGGER TABLE_footprint_upd AFTER UPDATE OF size, data ON TABLE BEGIN
+	UPDATE counters SET lg_logical = lg_logical + NEW.size - OLD.size, lg_stored = lg_stored + length(NEW.data) - length(OLD.data) WHERE id = 1;
+END;
+CREATE TRIGGER TABLE_footprint_del AFTER DELETE ON TABLE BEGIN
+	UPDATE counters SET lg_logical = lg_logical - OLD.size, lg_stored = lg_stored - length(OLD.data) WHERE id = 1;
+END;
+`)
 }
 
 // SchemaVersion is the user_version this build migrates databases to.

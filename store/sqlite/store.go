@@ -65,7 +65,13 @@ type Store struct {
 
 	wdb   *sql.DB   // the writer's pool (exactly one connection)
 	wconn *sql.Conn // held by the writer goroutine
-	ws    *writeStmts
+	// wmu is held by the writer goroutine while it uses wconn (a batch, a shrink), and by a read
+	// that borrows wconn while the writer is idle (hotRead, readpool.go); hot is that read's
+	// view of wconn (its own prepared statements), made on first use.
+	wmu    sync.Mutex
+	hot    *rconn
+	recent recentSaves // what this store saved lately: loads of it may borrow wconn (hotread.go)
+	ws     *writeStmts
 	// wcache holds the writer connection's other prepared statements by SQL text (wtx.wstmt);
 	// writer goroutine only.
 	wcache map[string]*sql.Stmt
@@ -499,17 +505,46 @@ func (s *Store) openPool(dsn string, n int) (*sql.DB, error) {
 	return db, nil
 }
 
-// warmReadPool opens every connection of the read pool now and reads through each, so that
-// each holds the database file and its WAL open: if the path is later deleted or replaced,
-// reads keep answering from the files this store opened.
+// warmReadPool opens a connection of the read pool now, and the others on a goroutine right
+// after (each parses the schema: most of a millisecond that the start need not wait for), and
+// reads through each, so that each holds the database file and its WAL open: if the path is
+// later deleted or replaced, reads keep answering from the files this store opened (a
+// connection that could not be opened by then is done without: readPool.get).
 func (s *Store) warmReadPool(ctx context.Context) error {
-	txs := make([]*sql.Tx, 0, readPoolSize)
+	if err := s.warmReaders(ctx, 1); err != nil {
+		return err
+	}
+	s.bgWG.Add(1)
+	go func() {
+		defer s.bgWG.Done()
+		ctx := context.WithoutCancel(ctx)
+		// Through the read pool, one connection at a time: reads may already hold some of its
+		// connections (pinned for good), so the warm-up must never wait for a connection of
+		// rdb while holding another.
+		err := s.rpool.warm(ctx, func(rc *rconn) error {
+			return s.retry(ctx, func() error {
+				var n int
+				return rc.conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n)
+			})
+		})
+		if err != nil && isDamaged(err) {
+			s.observe(err) // reads will say what fails
+		} else if err != nil {
+			s.log.Debug("ckptd store: opening the read connections failed", "err", err)
+		}
+	}()
+	return nil
+}
+
+// warmReaders makes n connections of the read pool (those already open count) read at once.
+func (s *Store) warmReaders(ctx context.Context, n int) error {
+	txs := make([]*sql.Tx, 0, n)
 	defer func() {
 		for _, tx := range txs {
 			_ = tx.Rollback()
 		}
 	}()
-	for range readPoolSize {
+	for range n {
 		var tx *sql.Tx
 		err := s.retry(ctx, func() error {
 			var err error
@@ -545,6 +580,12 @@ func (s *Store) closeConns() {
 		_ = st.Close()
 		delete(s.wcache, q)
 	}
+	s.wmu.Lock()
+	if s.hot != nil {
+		s.hot.closeStmts()
+		s.hot = nil
+	}
+	s.wmu.Unlock()
 	if s.wconn != nil {
 		_ = s.wconn.Close()
 	}

@@ -134,7 +134,9 @@ func (s *Store) writerLoop() {
 			}
 			s.mu.Unlock()
 			if s.shrinkWriter.Swap(false) { // idle: give the page cache back (memory.go)
+				s.wmu.Lock()
 				_, _ = s.wconn.ExecContext(context.Background(), "PRAGMA shrink_memory")
+				s.wmu.Unlock()
 			}
 			<-s.wake
 			s.mu.Lock()
@@ -183,6 +185,7 @@ func (s *Store) runBatch(batch []*job) {
 	}
 	start := time.Now()
 	delay := time.Millisecond
+	s.wmu.Lock() // a read borrowing the connection (hotRead) finishes first
 	for {
 		in := s.gate.enter() // take turns with the other processes writing to this database
 		err := s.tryBatchSafe(ctx, batch)
@@ -239,7 +242,11 @@ func (s *Store) runBatch(batch []*job) {
 	if vacuum {
 		s.vacuumNow(ctx)
 	}
+	s.wmu.Unlock() // before the callers hear of it: a load right after its save may borrow it
 	for _, j := range batch {
+		if j.err == nil && j.save != nil && !j.save.res.Existing {
+			s.noteSaved(j.save)
+		}
 		if j.err == nil {
 			for _, f := range j.post {
 				s.runHook(f)
@@ -403,10 +410,17 @@ func (s *Store) checkpointLoop() {
 			seen = n
 			lastCkpt = time.Now()
 			s.walPending.Store(0)
-			if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) {
+			// busy, frames in the WAL, frames copied into the database (-1, -1 when not in WAL mode)
+			var busy, frames, copied int64
+			if err := s.cdb.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied); err != nil && !isBusy(err) {
 				s.log.Warn("ckptd store: WAL checkpoint failed", "err", err)
 			}
-			if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > walTruncateSize {
+			// TRUNCATE holds every writer off until it is done: only once a PASSIVE one has copied
+			// every frame (it then has nothing to copy), unless the WAL keeps growing beyond four
+			// times the limit because PASSIVE checkpoints cannot catch up with the writes (a long
+			// prune's bites): then it is the only way to bound the file.
+			if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > walTruncateSize &&
+				(copied >= frames || fi.Size() > 4*walTruncateSize) {
 				if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil && !isBusy(err) {
 					s.log.Warn("ckptd store: WAL truncate failed", "err", err)
 				}

@@ -26,6 +26,7 @@ func init() {
 		testCase{"ManifestMissingRows", testManifestMissingRows},
 		testCase{"VerifyManifests", testVerifyManifests},
 		testCase{"WorkflowSources", testWorkflowSources},
+		testCase{"SaveAssumingNoSources", testSaveAssumingNoSources},
 	)
 }
 
@@ -448,4 +449,52 @@ func testWorkflowSources(t *testing.T, h *harness) {
 	var ie *store.InvalidError
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, "sources", ie.Field)
+}
+
+// testSaveAssumingNoSources: a save made on the belief that its workflow has no sources
+// configured (SaveRequest.AssumeNoSources) is checked in its own transaction: stored as it is
+// either way, with the sources found when the belief was wrong.
+func testSaveAssumingNoSources(t *testing.T, h *harness) {
+	s := h.db(t)
+	ctx := context.Background()
+	save := func(wf string, step int64) store.SaveResult {
+		t.Helper()
+		return mustSave(t, s, store.SaveRequest{WorkflowID: wf, Step: step, State: []byte(fmt.Sprintf(`{"n":%d}`, step)),
+			StateType: store.StateJSON, AssumeNoSources: true})
+	}
+	assert.Nil(t, save("wf", 0).ConfiguredSources, "a new workflow has no sources")
+	assert.Nil(t, save("wf", 1).ConfiguredSources)
+
+	// configured by someone else meanwhile: found, and the save is stored without a fingerprint
+	spec := json.RawMessage(`{"root":"/src","gitignore":true}`)
+	require.NoError(t, s.SetWorkflowSources(ctx, "wf", spec))
+	res := save("wf", 2)
+	require.JSONEq(t, string(spec), string(res.ConfiguredSources))
+	cp, err := s.Load(ctx, res.CheckpointID)
+	require.NoError(t, err)
+	assert.Equal(t, `{"n":2}`, string(cp.State))
+	assert.Equal(t, int64(3), cp.Seq)
+	ref, err := s.CheckpointManifestRef(ctx, res.CheckpointID)
+	require.NoError(t, err)
+	assert.False(t, ref.HasManifest, "no fingerprint was recorded")
+
+	// without the assumption nothing is checked or reported
+	res = mustSave(t, s, store.SaveRequest{WorkflowID: "wf", Step: 3, State: []byte(`{"n":3}`), StateType: store.StateJSON})
+	assert.Nil(t, res.ConfiguredSources)
+
+	// other members of the config are not sources; removed sources are none
+	_, err = s.Import(ctx, store.WorkflowRecord{WorkflowID: "cfg", Config: json.RawMessage(`{"other":7}`)},
+		func(func(store.Checkpoint, error) bool) {}, store.ImportOptions{})
+	require.NoError(t, err)
+	assert.Nil(t, save("cfg", 0).ConfiguredSources)
+	require.NoError(t, s.SetWorkflowSources(ctx, "wf", nil))
+	assert.Nil(t, save("wf", 4).ConfiguredSources)
+
+	// an idempotent repeat reports the first save's outcome, nothing more
+	first := save("rep", 0)
+	require.NoError(t, s.SetWorkflowSources(ctx, "rep", spec))
+	again := mustSave(t, s, store.SaveRequest{WorkflowID: "rep", CheckpointID: first.CheckpointID, Step: 0, State: []byte(`{"n":0}`),
+		StateType: store.StateJSON, AssumeNoSources: true})
+	assert.True(t, again.Existing)
+	assert.Nil(t, again.ConfiguredSources)
 }

@@ -127,6 +127,35 @@ def test_async_client_every_method(ckptd_bin: str, db_path: str) -> None:
     asyncio.run(main())
 
 
+def test_async_requests_of_one_turn_written_together(ckptd_bin: str, db_path: str, monkeypatch: Any) -> None:
+    """Requests made in one turn of the loop while others are in flight go out in one write; a
+    lone request is written at once. Every one is answered, each with its own result."""
+    writes: List[int] = []
+    real_write = os.write
+
+    async def main() -> None:
+        async with ckptd.AsyncClient(db=db_path, binary=ckptd_bin, args=["--keep-last", "0"], request_timeout=60) as c:
+            fd = c._proc.stdin.fileno()  # type: ignore[union-attr]
+
+            def counting_write(f: int, data: Any) -> int:
+                if f == fd:
+                    writes.append(len(data))
+                return real_write(f, data)
+
+            monkeypatch.setattr(os, "write", counting_write)
+            r = await c.save("wf-lone", {"lone": True})
+            assert r["seq"] == 1 and len(writes) == 1, "a lone request: written at once"
+            del writes[:]
+            results = await asyncio.gather(*[c.save("wf-%d" % (i % 7), {"i": i}, step=i) for i in range(64)])
+            for i, r in enumerate(results):
+                enc = ckptd._common.encode_state({"i": i})[0]
+                assert r["sha256"] == hashlib.sha256(enc).hexdigest()
+            assert len(writes) <= 2, writes  # the first frame, then the other 63 together
+            monkeypatch.undo()
+
+    asyncio.run(main())
+
+
 def test_concurrent_loads_on_a_fresh_daemon(ckptd_bin: str, tmp_path: Any) -> None:
     """The hang behind the flaky test_async_client_every_method (its 100 concurrent loads on a
     daemon that has not read anything yet): concurrent loads whose first statement runs long

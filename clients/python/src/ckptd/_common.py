@@ -16,6 +16,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BinaryNotFound, InvalidParams, TooLarge
+from .framing import encode_json
 
 __version__ = "0.1.0"
 
@@ -241,7 +242,7 @@ def encode_state(state: Any, state_type: Optional[str] = None) -> Tuple[bytes, s
     if state_type not in (None, "json"):
         raise ValueError("state_type=%r needs a bytes-like state" % (state_type,))
     try:
-        text = json.dumps(state, separators=(",", ":"))
+        text = encode_json(state)  # json.dumps(state, separators=(",", ":")), without its set-up
     except (TypeError, ValueError) as e:
         raise TypeError("state is not JSON-serialisable (pass bytes for opaque states): %s" % e) from None
     return text.encode("utf-8"), "json"

@@ -236,6 +236,9 @@ class AsyncClient:
         self._stderr_open = False
         self._wq: Deque[memoryview] = collections.deque()  # bytes not yet written to stdin
         self._wq_size = 0
+        #: frames made in this turn of the loop while other calls were in flight: written
+        #: together at the end of the turn (one write for the saves of many tasks)
+        self._gather: Optional[List[bytes]] = None
         self._stdin_broken = False
         self._drain_waiters: List["asyncio.Future[None]"] = []
         #: the loop calls go straight to (attached and initialized), and the one the pipes are
@@ -446,6 +449,7 @@ class AsyncClient:
         self._remove_fds(loop)
         self._io_loop = None
         self._loop = None
+        self._gather = None  # its calls were made from that loop: they fail below
         err = ClientClosed("the AsyncClient left the event loop this call was made from")
         for rid, fut in list(self._pending.items()):
             if fut.get_loop() is loop:
@@ -576,6 +580,7 @@ class AsyncClient:
                 pass
         self._wq.clear()
         self._wq_size = 0
+        self._gather = None
         try:
             proc.stdin.close()
         except OSError:
@@ -663,6 +668,24 @@ class AsyncClient:
             self._hooks.pop(rid, None)
 
     def _write(self, frame: bytes) -> None:
+        if self._gather is not None:
+            self._gather.append(frame)
+            return
+        if len(self._pending) > 1 and not self._threaded and self._io_loop is not None and not self._wq:
+            # Other calls are in flight: the tasks the same turn of the loop resumes (the answers
+            # of a batch of saves arrive together) make their next requests together; one write
+            # at the end of the turn sends them all.
+            self._gather = [frame]
+            self._io_loop.call_soon(self._flush_gather)
+            return
+        self._write_now(frame)
+
+    def _flush_gather(self) -> None:
+        frames, self._gather = self._gather, None
+        if frames:
+            self._write_now(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    def _write_now(self, frame: bytes) -> None:
         proc = self._proc
         if self._stdin_broken or proc is None or proc.stdin is None or proc.stdin.closed:
             return  # the daemon is gone: the reader reports it to every pending call
@@ -816,11 +839,12 @@ class AsyncClient:
                 os.set_blocking(f.fileno(), True)
         frames = self._frames
         assert frames is not None
-        if self._wq:  # queued while in a selector loop
-            data = b"".join(bytes(m) for m in self._wq)
+        if self._wq or self._gather:  # queued while in a selector loop
+            data = b"".join([bytes(m) for m in self._wq] + (self._gather or []))
             self._wq.clear()
             self._wq_size = 0
-            self._write(data)
+            self._gather = None
+            self._write_now(data)
         stderr = proc.stderr
 
         def read_stdout() -> None:

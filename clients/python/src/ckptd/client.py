@@ -664,7 +664,9 @@ class Client:
         """Wakes one caller that follows, so that it reads for itself."""
         ev = None
         with self._mu:
-            for q in self._pending.values():
+            # a copy: callers add and remove their calls without _mu (a thread of LangGraph's
+            # executor could change the dict while this loop walked it)
+            for q in list(self._pending.values()):
                 if q.following and not q.done:
                     q.following = False
                     ev = q.event

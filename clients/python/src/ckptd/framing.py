@@ -67,13 +67,19 @@ if _c_make_encoder is not None:
         _c_encode = None
 
 
-def _encode_json(message: Any) -> str:
+def encode_json(value: Any) -> str:
+    """``json.dumps(value, separators=(",", ":"))``: the same text (compact, ASCII-only, NaN
+    allowed), the same errors (TypeError, ValueError for a circular reference), without building
+    an encoder per call."""
     if _c_encode is not None:
         try:
-            return "".join(_c_encode(message, 0))
+            return "".join(_c_encode(value, 0))
         except RecursionError:
             pass
-    return _JSON_ENCODER.encode(message)
+    return _JSON_ENCODER.encode(value)
+
+
+_encode_json = encode_json
 
 
 _scan_json: Callable[[str, int], Tuple[Any, int]] = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
