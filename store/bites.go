@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 )
@@ -79,3 +80,29 @@ func (b *Bite) Full() bool { return b.full }
 
 // Units is the work counted so far.
 func (b *Bite) Units() int { return b.units }
+
+// PaceFactor is how long paced maintenance leaves the database to others after each bite, as a
+// multiple of the time the bite took (3: a quarter of the time at most).
+const PaceFactor = 3
+
+type pacedKey struct{}
+
+// Paced marks ctx as background maintenance (an idle sweep, a retention catching up after a
+// put): its bites are paced (Pace) so that the writers it runs beside keep their latency.
+func Paced(ctx context.Context) context.Context { return context.WithValue(ctx, pacedKey{}, true) }
+
+// Pace waits PaceFactor times took after a bite of paced maintenance (see Paced); it returns at
+// once otherwise, and ctx's error when ctx ends while it waits.
+func Pace(ctx context.Context, took time.Duration) error {
+	if paced, _ := ctx.Value(pacedKey{}).(bool); !paced || took <= 0 {
+		return nil
+	}
+	t := time.NewTimer(PaceFactor * took)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

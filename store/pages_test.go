@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -167,4 +168,22 @@ func TestBiteSpend(t *testing.T) {
 	require.Equal(t, 2, n)
 	require.EqualValues(t, 2, bs.Count())
 	require.Equal(t, DefaultBiteBudget, bs.budget)
+}
+
+// TestPace: only paced maintenance waits after a bite, PaceFactor times the bite, and a context
+// that ends stops the wait.
+func TestPace(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	require.NoError(t, Pace(ctx, time.Second), "not paced: no wait")
+	require.Less(t, time.Since(start), 500*time.Millisecond)
+
+	start = time.Now()
+	require.NoError(t, Pace(Paced(ctx), 10*time.Millisecond))
+	require.GreaterOrEqual(t, time.Since(start), PaceFactor*10*time.Millisecond)
+
+	cctx, cancel := context.WithCancel(Paced(ctx))
+	cancel()
+	require.ErrorIs(t, Pace(cctx, time.Hour), context.Canceled)
+	require.NoError(t, Pace(Paced(ctx), 0), "a bite that took no time: no wait")
 }

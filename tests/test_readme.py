@@ -3,13 +3,16 @@ the client quick starts run from the installed packages in test_dist_python.py /
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Dict, List
 
 import pytest
 
@@ -97,3 +100,89 @@ def test_ts_readme_names_the_langchain_versions_the_tests_use() -> None:
         assert "%s %s" % (name, lock["node_modules/" + name]["version"]) in text, name
     for name, rng in pkg["peerDependencies"].items():
         assert "`%s %s`" % (name, rng) in text, name
+
+
+# --- LangGraph retention (#24): the root README's flags, the Python README's example ----------------
+
+
+@pytest.fixture(scope="module")
+def ckptd_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """$CKPTD_PATH (./scripts/test.sh builds it), else a ckptd built from this checkout."""
+    given = os.environ.get("CKPTD_PATH", "")
+    if given and os.access(given, os.X_OK):
+        return Path(given).resolve()
+    need("go", shutil.which("go") is not None, "Go")
+    out = tmp_path_factory.mktemp("bin") / "ckptd"
+    run(["go", "build", "-o", out, "./cmd/ckptd"], cwd=ROOT, env=dict(os.environ, CGO_ENABLED="0"), timeout=900)
+    return out
+
+
+def _frames(data: bytes) -> List[Dict[str, Any]]:
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        n = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+        out.append(json.loads(rest[:n]))
+        data = rest[n:]
+    return out
+
+
+def test_root_readme_lg_retention_flags_run_as_printed(ckptd_bin: Path, tmp_path: Path) -> None:
+    """The command under "## Flags" starts a daemon whose default retention for LangGraph threads is
+    what the text says: the newest 20 checkpoints, idle threads deleted after 30 days."""
+    block = readme_block(ROOT / "README.md", "## Flags", "sh")
+    assert block.strip() == "ckptd serve --db agent.db --lg-keep-last 20 --lg-idle-ttl 30d", block
+    frame = lambda o: b"Content-Length: %d\r\n\r\n%s" % (len(json.dumps(o)), json.dumps(o).encode())  # noqa: E731
+    stdin = frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}) + \
+        frame({"jsonrpc": "2.0", "id": 2, "method": "lg/configure", "params": {"threadId": "t"}})
+    path = tmp_path / "bin"  # `ckptd` on PATH is the binary under test
+    path.mkdir()
+    (path / "ckptd").symlink_to(ckptd_bin)
+    env = dict(os.environ, PATH="%s%s%s" % (path, os.pathsep, os.environ.get("PATH", "")))
+    p = subprocess.run(["bash", "-c", block], cwd=tmp_path, input=stdin, capture_output=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    replies = {r["id"]: r for r in _frames(p.stdout)}
+    assert replies[2]["result"] == {"threadId": "t", "retention": {"keepLast": 20, "maxAgeSeconds": 0, "keepFirst": False,
+                                                                  "idleTtlSeconds": 30 * 86400}, "source": "daemon"}, replies
+    assert (tmp_path / "agent.db").is_file()
+    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+    assert "`ckptd threads --idle 30d` lists those threads" in readme
+
+
+def test_python_readme_retention_example_runs_as_printed(ckptd_bin: Path, tmp_path: Path) -> None:
+    """The Python README's "### Retention": the example prints what its comments say; a month later
+    (the test moves the thread's last put back 30 days and an hour) `ckptd threads --idle 30d`
+    prints what the README shows, and the next sweep of a daemon deletes the thread."""
+    need("langgraph", importlib.util.find_spec("langgraph") is not None, "pip install './clients/python[langgraph]'")
+    readme = PY / "README.md"
+    example = readme_block(readme, "### Retention", "python")
+    env = dict(os.environ, PYTHONPATH=str(PY / "src"), CKPTD_PATH=str(ckptd_bin))
+    (tmp_path / "example.py").write_text(example)
+    out = run([sys.executable, "example.py"], cwd=tmp_path, env=env, timeout=600).stdout.splitlines()
+    want = ["{'threadId': 'chat-1', 'retention': {'keepLast': 20, 'maxAgeSeconds': 0, 'keepFirst': False, 'idleTtlSeconds': 2592000}, "
+            "'source': 'daemon'}", "200", "21", "thread", "50"]
+    assert out == want, out
+    for line in want:
+        assert "# " + line in example, line  # what the comments say
+
+    # a month later
+    db = tmp_path / "chat.db"
+    month = (30 * 86400 + 3600) * 10**6
+    with sqlite3.connect(str(db)) as conn:
+        assert conn.execute("UPDATE lg_threads SET updated_at = updated_at - ?, expires_at = expires_at - ?", (month, month)).rowcount == 1
+    conn.close()
+    console = readme_block(readme, "### Retention", "console").splitlines()
+    assert console[0] == "$ ckptd threads --idle 30d --db chat.db", console
+    p = run([ckptd_bin] + console[0].split()[2:], cwd=tmp_path)
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+    assert [stamp.sub("T", l) for l in p.stdout.splitlines() + p.stderr.splitlines()] == [stamp.sub("T", l) for l in console[1:]], p
+    # the next sweep (here: the one at start) deletes it
+    sweep = ("from ckptd.langgraph import CkptdSaver\n"
+             "with CkptdSaver(db='chat.db', args=['--sweep-interval', '100ms']) as s:\n"
+             "    import time\n"
+             "    deadline = time.time() + 30\n"
+             "    while s.get_tuple({'configurable': {'thread_id': 'chat-1'}}) is not None:\n"
+             "        assert time.time() < deadline, 'chat-1 was not deleted'\n"
+             "        time.sleep(0.1)\n")
+    run([sys.executable, "-c", sweep], cwd=tmp_path, env=env, timeout=120)
+    assert "no LangGraph thread idle" in run([ckptd_bin, "threads", "--idle", "30d", "--db", "chat.db"], cwd=tmp_path).stderr

@@ -222,8 +222,11 @@ func lgDeleteValues(ctx context.Context, w *wtx, thread, ns string, keys map[sto
 func (s *Store) lgBites(ctx context.Context, op, thread string, step func(ctx context.Context, w *wtx) (done bool, err error)) error {
 	for {
 		done := false
+		var took time.Duration
 		err := s.lgDo(ctx, op, threadKeys(thread), func(ctx context.Context, w *wtx) error {
 			b := s.bites.Start()
+			start := time.Now()
+			defer func() { took = time.Since(start) }()
 			for {
 				var err error
 				if done, err = step(ctx, w); err != nil || done || b.Spend(store.BiteUnits) {
@@ -237,6 +240,9 @@ func (s *Store) lgBites(ctx context.Context, op, thread string, step func(ctx co
 		s.bites.Committed()
 		if done {
 			return nil
+		}
+		if err := store.Pace(ctx, took); err != nil { // background work leaves room to the writers
+			return err
 		}
 	}
 }
@@ -896,7 +902,7 @@ func (s *Store) lgBackground(f func(ctx context.Context)) {
 	s.mu.Unlock()
 	go func() {
 		defer s.bgWG.Done()
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(store.Paced(context.Background()))
 		defer cancel()
 		go func() {
 			select {

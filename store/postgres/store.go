@@ -415,7 +415,7 @@ func (s *Store) idleLoop() {
 			case <-ctx.Done():
 			}
 		}()
-		if _, err := s.LGExpireIdle(ctx); err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
+		if _, err := s.LGExpireIdle(store.Paced(ctx)); err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
 			s.log.Warn("ckptd store: idle expiry of LangGraph threads failed", "err", err)
 		}
 		cancel()

@@ -475,7 +475,7 @@ func (s *Store) idleLoop() {
 		if _, err := s.ExpireIdle(context.Background()); err != nil && !errors.Is(err, store.ErrClosed) {
 			s.log.Warn("ckptd store: idle expiry failed", "err", err)
 		}
-		if _, err := s.LGExpireIdle(s.bgContext()); err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
+		if _, err := s.LGExpireIdle(store.Paced(s.bgContext())); err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, context.Canceled) {
 			s.log.Warn("ckptd store: idle expiry of LangGraph threads failed", "err", err)
 		}
 	}

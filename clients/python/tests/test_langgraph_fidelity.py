@@ -290,6 +290,18 @@ def test_thread_ids_the_reference_accepts(ours: Any, ref: Any) -> None:
             t = s.get_tuple(cfg(thread))
             out.append((c, t.config, t.checkpoint["channel_values"], [x.config for x in s.list(cfg(thread))]))
         assert out[0] == out[1], repr(thread[:5])
+    # the documented limit: 2048 bytes of UTF-8 are taken, one byte more is refused naming threadId
+    import ckptd
+
+    longest = "é" * 1024
+    cp = empty_checkpoint()
+    assert ours.put(cfg(longest), cp, {}, {})["configurable"]["thread_id"] == longest
+    assert ours.get_tuple(cfg(longest)).checkpoint["id"] == cp["id"]
+    with pytest.raises(ckptd.InvalidParams, match="threadId: longer than 2048 bytes"):
+        ours.put(cfg(longest + "x"), empty_checkpoint(), {}, {})
+    with pytest.raises(ckptd.InvalidParams, match="threadId"):
+        ours.get_tuple(cfg(longest + "x"))
+    assert [t.checkpoint["id"] for t in ours.list(cfg(longest))] == [cp["id"]]
 
 
 def test_metadata_nan_and_infinity_round_trip(ours: Any, ref: Any) -> None:
@@ -406,21 +418,35 @@ def test_keep_last_over_a_long_chat(db: str, backend: str, ckptd_bin: str, ref: 
         assert 20 <= len(hist) <= 20 + 3 * 50, len(hist)
         for older, newer in zip(hist[1:], hist):
             assert newer.parent_config["configurable"]["checkpoint_id"] == older.config["configurable"]["checkpoint_id"]
+        # ... and no further: the oldest kept holds the DeltaChannel's snapshot, none between it and the 20th does
+        snapshot = ["messages" in saver.get_tuple(h.config).checkpoint["channel_values"] for h in hist]
+        assert snapshot[-1] and not any(snapshot[19:-1]), snapshot
         by_step = {h.metadata["step"]: h for h in ref_hist}
         for h in hist:  # the state at each kept checkpoint (delta channels replayed) is the reference's
             r = by_step[h.metadata["step"]]
             assert h.values == r.values, h.metadata["step"]
             assert h.next == r.next
-        # resuming (a new turn) from the latest and from the oldest kept: the same state as the reference
-        for h in (hist[0], hist[19], hist[-1]):
+        # resuming (a new turn) from each of the 20 newest, every 10th checkpoint of the replay chain
+        # behind them and the oldest kept gives the reference's state: each resume runs in a copy of
+        # the thread (thread/copy keeps the checkpoint ids), since its puts would make retention drop
+        # the other kept checkpoints of the thread it runs in
+        for i in sorted(set(range(20)) | set(range(20, len(hist), 10)) | {len(hist) - 1}):
+            h = hist[i]
+            copy = "resume-%d" % i
+            saver.copy_thread("chat", copy)
             r = by_step[h.metadata["step"]]
-            got = graph.invoke({"messages": ["again"], "turns": 0}, h.config)
-            want = ref_graph.invoke({"messages": ["again"], "turns": 0}, r.config)
-            assert got == want
+            got = graph.invoke({"messages": ["again %d" % i], "turns": 0},
+                               {"configurable": {**h.config["configurable"], "thread_id": copy}})
+            want = ref_graph.invoke({"messages": ["again %d" % i], "turns": 0}, r.config)
+            assert got == want, h.metadata["step"]
+            assert len(got["messages"]) > 1 and got["messages"][-1] == "again %d" % i
+            saver.delete_thread(copy)
     if backend == "sqlite":
         kept = json.loads(subprocess.run([ckptd_bin, "threads", "--json", "--db", db], check=True, capture_output=True).stdout)
         stored = sum(t["storedBytes"] for t in kept["threads"])
         size = os.path.getsize(db)
+        print("keep_last=20 over %d turns: %d checkpoints kept; file %d bytes, stored %d bytes (%.2fx)"
+              % (turns, len(hist), size, stored, size / stored))
         # the channel values are chunked (~2 KiB chunks, one or two to a 4 KiB page: a quarter of
         # the chunks' pages is slack), so the file is up to ~1.7x what the threads keep
         assert size <= 1.75 * stored, (size, stored)
@@ -453,3 +479,21 @@ def test_retention_option_is_checked(lg: None, ckptd_bin: str, tmp_path: Path) -
     for bad in ({"keep_lsat": 1}, {"keep_last": -1}, {"keep_last": 1.5}, {"keep_first": 1}, {"idle_ttl_seconds": "1d"}, [1]):
         with pytest.raises(ValueError):
             CkptdSaver(db=str(tmp_path / "x.db"), binary=ckptd_bin, retention=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(600)
+def test_retention_bench_runs(lg: None, ckptd_bin: str, tmp_path: Path) -> None:
+    """bench/bench_langgraph_retention.py (the put p99 of busy threads while a sweep deletes an idle
+    thread, and retention's put overhead), tiny: it runs, the sweep deletes the idle thread, and
+    keep_last=20 keeps 20 (figures are the bench's business, not this test's)."""
+    import sys
+
+    out = tmp_path / "bench.json"
+    script = Path(__file__).resolve().parent.parent / "bench" / "bench_langgraph_retention.py"
+    p = subprocess.run([sys.executable, str(script), "--puts", "40", "--idle-checkpoints", "300", "--busy", "2", "--ttl", "2",
+                        "--json", str(out)], env=dict(os.environ, CKPTD_PATH=ckptd_bin), capture_output=True, text=True, timeout=540)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "| p99 during / before |" in p.stdout and "| ratio |" in p.stdout, p.stdout
+    r = json.loads(out.read_text())
+    assert r["put_overhead"]["keep_last=20"]["kept"] == 20 and r["put_overhead"]["no retention"]["kept"] == 40
+    assert r["sweep"]["before"]["puts"] > 0 and r["sweep"]["sweep_seconds"] >= 0

@@ -207,9 +207,11 @@ for (const backend of backends) {
       }
     });
 
-    it("thread ids, NaN metadata and getTuple's config as SqliteSaver", async () => {
+    it("thread ids as SqliteSaver (and MemorySaver where it takes them); the limit is 2048 bytes", async () => {
       const ours = saver();
+      const mem = new MemorySaver();
       try {
+        assert.equal(answers.threadIds.length, cases.threadIds.length);
         for (const t of answers.threadIds) {
           const thread = t.prefix + t.repeat.repeat(t.times);
           const put = await outcome(async () => (await ours.put(cfg(thread), checkpoint("c1"), { source: "input" } as CheckpointMetadata, {})).configurable?.thread_id === thread);
@@ -217,17 +219,53 @@ for (const backend of backends) {
           else assert.ok("error" in put && /thread_id/.test(put.error) && /thread_id/.test(t.put.error), `${JSON.stringify(put)} vs ${t.put.error}`);
           assert.deepEqual(await outcome(async () => (await ours.getTuple(cfg(thread)))?.checkpoint.id ?? null), t.get);
           if ("ok" in t.list) assert.deepEqual(await outcome(() => ids(ours.list(cfg(thread)))), t.list);
+          if (thread !== "") {
+            // MemorySaver, installed here, takes every non-empty id too (it refuses "", as SqliteSaver does)
+            await mem.put(cfg(thread), checkpoint("c1"), { source: "input" } as CheckpointMetadata);
+            assert.deepEqual(await ids(ours.list(cfg(thread))), await ids(mem.list(cfg(thread))));
+          }
         }
-        await ours.put(cfg("nan"), checkpoint("n1"), numbers(cases.nanMetadata) as CheckpointMetadata, {});
-        assert.deepEqual((await ours.getTuple(cfg("nan")))?.metadata, answers.nanMetadata);
-        // getTuple with a checkpoint_id: the caller's config, the very object
-        let parent = cfg("t1");
-        for (const i of [0, 1, 2]) parent = await ours.put(parent, checkpoint(`t1-${i}`), {} as CheckpointMetadata, {});
-        const caller = { configurable: { thread_id: "t1", checkpoint_id: "t1-2", user: "ann" } };
-        const t = await ours.getTuple(caller);
-        assert.equal(t?.config === caller, answers.getTupleConfig.sameObject);
-        assert.deepEqual(Object.keys((await ours.getTuple({ configurable: { thread_id: "t1" } }))!.config.configurable!).sort(),
-          Object.keys(answers.getTupleConfig.latest.configurable!).sort());
+        assert.ok(answers.threadIds.some((t) => "ok" in t.put && Buffer.byteLength(t.prefix + t.repeat.repeat(t.times)) > 1000));
+        // the documented limit: 2048 bytes of UTF-8 are taken, one more is refused naming threadId
+        const longest = "é".repeat(1024);
+        assert.equal((await ours.put(cfg(longest), checkpoint("c1"), {} as CheckpointMetadata, {})).configurable?.thread_id, longest);
+        assert.equal((await ours.getTuple(cfg(longest)))?.checkpoint.id, "c1");
+        await assert.rejects(ours.put(cfg(longest + "x"), checkpoint("c1"), {} as CheckpointMetadata, {}), /threadId: longer than 2048 bytes/);
+      } finally {
+        await ours.close();
+      }
+    });
+
+    it("NaN and Infinity metadata read back as SqliteSaver and MemorySaver read them", async () => {
+      const ours = saver();
+      const mem = new MemorySaver();
+      try {
+        for (const s of [ours, mem]) await s.put(cfg("nan"), checkpoint("n1"), numbers(cases.nanMetadata) as CheckpointMetadata, {});
+        const got = (await ours.getTuple(cfg("nan")))?.metadata;
+        assert.deepEqual(got, answers.nanMetadata);
+        assert.deepEqual(got, (await mem.getTuple(cfg("nan")))?.metadata);
+        assert.deepEqual((await ours.list(cfg("nan")).next()).value?.metadata, answers.nanMetadata);
+      } finally {
+        await ours.close();
+      }
+    });
+
+    it("getTuple with a checkpoint_id hands back the caller's config, as SqliteSaver and MemorySaver", async () => {
+      const ours = saver();
+      const mem = new MemorySaver();
+      try {
+        const got = [];
+        for (const s of [ours, mem]) {
+          let parent = cfg("t1");
+          for (const i of [0, 1, 2]) parent = await s.put(parent, checkpoint(`t1-${i}`), {} as CheckpointMetadata, {});
+          const caller = { configurable: { thread_id: "t1", checkpoint_id: "t1-1", user: "ann" } };
+          const t = await s.getTuple(caller);
+          const latest = (await s.getTuple({ configurable: { thread_id: "t1" } }))!.config;
+          got.push([t?.checkpoint.id, t?.config === caller, Object.keys(latest.configurable!).sort(), latest.configurable?.["checkpoint_id"]]);
+        }
+        assert.deepEqual(got[0], got[1]);
+        assert.deepEqual(got[0], ["t1-1", answers.getTupleConfig.sameObject, Object.keys(answers.getTupleConfig.latest.configurable!).sort(), "t1-2"]);
+        assert.equal(answers.getTupleConfig.sameObject, true);
       } finally {
         await ours.close();
       }
