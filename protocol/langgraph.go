@@ -37,6 +37,9 @@ type LGCapabilities struct {
 	MetadataMatch []string `json:"metadataMatch"`
 	// MaxThreadIDBytes bounds a threadId ("" is one).
 	MaxThreadIDBytes int `json:"maxThreadIdBytes"`
+	// ValueDeltas: lg/put takes blobs[i].delta (a channel value sent as a wire delta against
+	// another version of the channel).
+	ValueDeltas bool `json:"valueDeltas"`
 }
 
 // LGSegmentIn is a typed byte string of a request: a segment of its attachment, or (ValueID)
@@ -53,6 +56,22 @@ type LGBlobIn struct {
 	Channel string          `json:"channel"`
 	Version json.RawMessage `json:"version"`
 	LGSegmentIn
+	// Delta says the segment holds only the middle of the value: the rest is kept from the
+	// value of another version of the channel (docs/protocol.md, lg/put "Value deltas").
+	Delta *LGValueDelta `json:"delta"`
+}
+
+// LGValueDelta is lg/put's blobs[i].delta: the value is the value of (channel, baseVersion) in
+// the same thread and namespace with its first keepPrefix and last keepSuffix bytes kept and the
+// segment in between; sha256 is the hex SHA-256 of the result.
+type LGValueDelta struct {
+	BaseVersion json.RawMessage `json:"baseVersion"`
+	KeepPrefix  *int64          `json:"keepPrefix"`
+	KeepSuffix  *int64          `json:"keepSuffix"`
+	SHA256      *string         `json:"sha256"`
+	// Copies splice ranges of the base into the middle: [at, from, length] inserts the base's
+	// bytes [from, from+length) at offset at of the segment (ats non-decreasing).
+	Copies [][]int64 `json:"copies"`
 }
 
 // LGPutParams are lg/put's params.

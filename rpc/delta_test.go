@@ -148,3 +148,99 @@ func TestStatsFootprint(t *testing.T) {
 	require.NotNil(t, r.Error)
 	require.Equal(t, -32602, r.Error.Code)
 }
+
+// lg/put's blobs[i].delta: a channel value sent as the middle bytes against another version of
+// the channel is stored as the value it describes; each check answers its code naming its field.
+func TestLGPutValueDelta(t *testing.T) {
+	c := newLGConn(t)
+	r := testgen.New(21)
+	v1 := r.JSON(32 << 10)
+	put := func(id, parent, ver string, blob map[string]any, att []byte) map[string]any {
+		return map[string]any{"threadId": "t", "checkpointId": id, "parentId": parent,
+			"checkpoint":      map[string]any{"type": "json", "offset": 0, "length": 2},
+			"channelVersions": map[string]any{"m": ver}, "blobs": []any{blob}}
+	}
+	whole := func(ver string, v []byte) (map[string]any, []byte) {
+		return map[string]any{"channel": "m", "version": ver, "type": "json", "offset": 2, "length": len(v)}, append([]byte("{}"), v...)
+	}
+	b, att := whole("1", v1)
+	c.ok("lg/put", put("c1", "", "1", b, att), att, nil)
+
+	v2 := append(append(append([]byte{}, v1[:len(v1)/2]...), `"inserted",`...), v1[len(v1)/2:]...)
+	kp, ks, middle := delta.Compute(v1, v2)
+	dblob := func(mut func(d map[string]any)) (map[string]any, []byte) {
+		d := map[string]any{"baseVersion": "1", "keepPrefix": kp, "keepSuffix": ks, "sha256": hexSum(v2)}
+		if mut != nil {
+			mut(d)
+		}
+		return map[string]any{"channel": "m", "version": "2", "type": "json", "offset": 2, "length": len(middle), "delta": d},
+			append([]byte("{}"), middle...)
+	}
+	b, att = dblob(nil)
+	c.ok("lg/put", put("c2", "c1", "2", b, att), att, nil)
+	var got protocol.LGGetResult
+	ratt := c.ok("lg/get", map[string]any{"threadId": "t", "checkpointId": "c2"}, nil, &got)
+	require.NotNil(t, got.Tuple)
+	require.Len(t, got.Tuple.Blobs, 1)
+	require.Equal(t, string(v2), seg(ratt, got.Tuple.Blobs[0].LGSegment))
+
+	for _, tc := range []struct {
+		name  string
+		mut   func(d map[string]any)
+		code  int
+		field string
+	}{
+		{"missing base", func(d map[string]any) { d["baseVersion"] = "9" }, -32001, "blobs[0].delta.baseVersion"},
+		{"base required", func(d map[string]any) { delete(d, "baseVersion") }, -32602, "blobs[0].delta.baseVersion"},
+		{"keepPrefix required", func(d map[string]any) { delete(d, "keepPrefix") }, -32602, "blobs[0].delta.keepPrefix"},
+		{"keepSuffix negative", func(d map[string]any) { d["keepSuffix"] = -1 }, -32602, "blobs[0].delta.keepSuffix"},
+		{"keepPrefix beyond the base", func(d map[string]any) { d["keepPrefix"] = len(v1) + 1 }, -32602, "blobs[0].delta.keepPrefix"},
+		{"overlap", func(d map[string]any) { d["keepSuffix"] = len(v1) - kp + 1 }, -32602, "blobs[0].delta.keepSuffix"},
+		{"sha256 malformed", func(d map[string]any) { d["sha256"] = "xyz" }, -32602, "blobs[0].delta.sha256"},
+		{"sha256 mismatch", func(d map[string]any) { d["sha256"] = hexSum(v1) }, -32602, "blobs[0].delta.sha256"},
+		{"unknown member", func(d map[string]any) { d["basVersion"] = "1" }, -32602, "blobs[0].delta.basVersion"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, att := dblob(tc.mut)
+			c.fail("lg/put", put("c3", "c2", "3", b, att), att, tc.code, tc.field)
+		})
+	}
+	// a staged value cannot be a delta
+	c.fail("lg/put", put("c3", "c2", "3", map[string]any{"channel": "m", "version": "3", "valueId": 1,
+		"delta": map[string]any{"baseVersion": "1", "keepPrefix": 0, "keepSuffix": 0, "sha256": hexSum(v1)}}, []byte("{}")),
+		[]byte("{}"), -32602, "blobs[0].delta")
+	require.Nil(t, c.call("lg/get", map[string]any{"threadId": "t", "checkpointId": "c3"}, nil).Error)
+	var none protocol.LGGetResult
+	c.ok("lg/get", map[string]any{"threadId": "t", "checkpointId": "c3"}, nil, &none)
+	require.Nil(t, none.Tuple, "no refused put stored anything")
+}
+
+// blobs[i].delta.copies: a msgpack-like value whose header changed and which grew at its end is
+// a delta of a few bytes (the header, the new item) with the base's body copied in.
+func TestLGPutValueDeltaCopies(t *testing.T) {
+	c := newLGConn(t)
+	r := testgen.New(22)
+	body := r.JSON(24 << 10)
+	v1 := append([]byte{0xdc, 0x00, 0x10}, body...)
+	v2 := append(append([]byte{0xdc, 0x00, 0x11}, body...), "new item"...)
+	put := func(id, parent, ver string, blob map[string]any, att []byte) map[string]any {
+		return map[string]any{"threadId": "t", "checkpointId": id, "parentId": parent,
+			"checkpoint":      map[string]any{"type": "json", "offset": 0, "length": 2},
+			"channelVersions": map[string]any{"m": ver}, "blobs": []any{blob}}
+	}
+	c.ok("lg/put", put("c1", "", "1", map[string]any{"channel": "m", "version": "1", "type": "msgpack", "offset": 2, "length": len(v1)},
+		append([]byte("{}"), v1...)), append([]byte("{}"), v1...), nil)
+	mid := append([]byte{0x11}, "new item"...)
+	blob := func(copies any) map[string]any {
+		return map[string]any{"channel": "m", "version": "2", "type": "msgpack", "offset": 2, "length": len(mid),
+			"delta": map[string]any{"baseVersion": "1", "keepPrefix": 2, "keepSuffix": 0, "sha256": hexSum(v2), "copies": copies}}
+	}
+	att := append([]byte("{}"), mid...)
+	c.fail("lg/put", put("c2", "c1", "2", blob([]any{[]any{1, 3}}), att), att, -32602, "blobs[0].delta.copies[0]")
+	c.fail("lg/put", put("c2", "c1", "2", blob([]any{[]any{1, 3, len(v1)}}), att), att, -32602, "blobs[0].delta.copies[0]")
+	c.fail("lg/put", put("c2", "c1", "2", blob([]any{[]any{len(mid) + 1, 3, 1}}), att), att, -32602, "blobs[0].delta.copies[0]")
+	c.ok("lg/put", put("c2", "c1", "2", blob([]any{[]any{1, 3, len(body)}}), att), att, nil)
+	var got protocol.LGGetResult
+	ratt := c.ok("lg/get", map[string]any{"threadId": "t", "checkpointId": "c2"}, nil, &got)
+	require.Equal(t, string(v2), seg(ratt, got.Tuple.Blobs[0].LGSegment))
+}

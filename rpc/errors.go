@@ -118,6 +118,11 @@ func storeError(err error) *jsonrpc2.Error {
 	if errors.As(err, &ue) { // the backend stopped writing: data.reason is the stable Reason
 		return rpcError(protocol.CodeUnavailable, err.Error(), map[string]string{"reason": ue.Reason})
 	}
+	var bm *store.LGBaseMissingError
+	if errors.As(err, &bm) { // lg/put's blobs[i].delta names a version not stored
+		return rpcError(protocol.CodeNotFound, bm.Error(), map[string]any{"field": bm.Field, "channel": bm.Channel,
+			"baseVersion": json.RawMessage(bm.Version)})
+	}
 	var tl *store.TooLargeError
 	if errors.As(err, &tl) {
 		return rpcError(protocol.CodeTooLarge, err.Error(), map[string]int64{"limit": tl.Limit, "size": tl.Size})

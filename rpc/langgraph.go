@@ -185,6 +185,47 @@ func (p *packer) reply(result any) reply {
 	return reply{result: result, attachment: att, hasAttachment: true}
 }
 
+// valueDelta checks lg/put's blobs[i].delta (its members' presence and form; what depends on
+// the base is store.ResolveLGDeltas').
+func valueDelta(field string, b protocol.LGBlobIn, staged int64) (*store.LGDelta, *jsonrpc2.Error) {
+	d := b.Delta
+	field += ".delta"
+	switch {
+	case staged != 0:
+		return nil, invalidParams(field, "a staged value (valueId) cannot be a delta: give the middle bytes as a segment")
+	case b.Type == store.LGEmptyType:
+		return nil, invalidParams(field, "an empty value cannot be a delta")
+	case len(d.BaseVersion) == 0:
+		return nil, invalidParams(field+".baseVersion", "required (the channel version the delta was computed against)")
+	}
+	base, err := store.CanonicalVersion(d.BaseVersion)
+	if err != nil {
+		return nil, invalidParams(field+".baseVersion", err.Error())
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{field + ".keepPrefix", d.KeepPrefix}, {field + ".keepSuffix", d.KeepSuffix}} {
+		if f.v == nil {
+			return nil, invalidParams(f.name, "required")
+		}
+		if *f.v < 0 {
+			return nil, invalidParams(f.name, fmt.Sprintf("%d is negative", *f.v))
+		}
+	}
+	if d.SHA256 == nil {
+		return nil, invalidParams(field+".sha256", "required")
+	}
+	out := &store.LGDelta{BaseVersion: base, KeepPrefix: *d.KeepPrefix, KeepSuffix: *d.KeepSuffix, SHA256: *d.SHA256}
+	for i, c := range d.Copies {
+		if len(c) != 3 || c[0] < 0 || c[1] < 0 || c[2] < 0 {
+			return nil, invalidParams(fmt.Sprintf("%s.copies[%d]", field, i), "[at, from, length] must be integers >= 0")
+		}
+		out.Copies = append(out.Copies, store.LGCopy{At: c[0], From: c[1], Length: c[2]})
+	}
+	return out, nil
+}
+
 // threadParam validates a required thread id: any string of valid UTF-8 up to
 // store.MaxLGThreadIDBytes, "" included (LangGraph's savers take any thread_id).
 func threadParam(field string, v *string) (string, *jsonrpc2.Error) {
@@ -277,8 +318,15 @@ func (s *Server) lgPut(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 		if perr != nil {
 			return reply{}, perr
 		}
-		req.Blobs = append(req.Blobs, store.LGBlob{Channel: b.Channel, Version: ver, Type: b.Type, Data: data, Staged: staged})
+		blob := store.LGBlob{Channel: b.Channel, Version: ver, Type: b.Type, Data: data, Staged: staged}
+		if b.Delta != nil {
+			if blob.Delta, perr = valueDelta(field, b, staged); perr != nil {
+				return reply{}, perr
+			}
+		}
+		req.Blobs = append(req.Blobs, blob)
 	}
+	req.MaxValueBytes = s.opts.MaxStateBytes
 	pending, n := s.store.LGPut(req)
 	c.release()
 	if err := pending.Wait(ctx); err != nil {

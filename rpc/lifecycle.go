@@ -56,6 +56,7 @@ func (s *Server) initialize(ctx context.Context, c *call) (reply, *jsonrpc2.Erro
 				Retention:        true,
 				MetadataMatch:    []string{protocol.LGMatchJSON, protocol.LGMatchPython, protocol.LGMatchJS},
 				MaxThreadIDBytes: store.MaxLGThreadIDBytes,
+				ValueDeltas:      true,
 			},
 		},
 	}}, nil

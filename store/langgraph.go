@@ -46,6 +46,10 @@ type LGBlob struct {
 	Data    []byte
 	// Staged names, in a put, a value stored ahead by LGStageValue instead of Type and Data.
 	Staged int64
+	// Delta, in a put, says Data is only the middle of the value (ResolveLGDeltas).
+	Delta *LGDelta
+	// sum is Data's SHA-256 once a delta was resolved (checked there): not hashed again.
+	sum *[32]byte
 }
 
 // LGWrite is one pending write of a task.
@@ -80,6 +84,8 @@ type LGPutRequest struct {
 	// Retention, when not nil, becomes the thread's own retention and is applied after the put
 	// (LGRetainAfterPut).
 	Retention *Retention
+	// MaxValueBytes (> 0) bounds a value rebuilt from a wire delta (--max-state-size).
+	MaxValueBytes int64
 }
 
 // LGTuple is a stored LangGraph checkpoint with the blobs its channel versions name and its
@@ -577,6 +583,9 @@ type Packed struct {
 	Size int // raw
 	SHA  []byte
 	Data []byte
+	// CV is the value cut into chunks when Enc is EncChunked (LGPacker.Value): Data is then its
+	// index and SHA the raw value's SHA-256; the backend stores its runs and chunks with the row.
+	CV *ChunkedValue
 }
 
 // Pack compresses b with S2 when it is larger than threshold (< 0: never) and that saves at
@@ -638,8 +647,9 @@ type LGPrepared struct {
 	Micros  int64 // creation time, unix micros
 }
 
-// PrepareLGPut validates req and packs its checkpoint and blobs (threshold as for Pack).
-func PrepareLGPut(req LGPutRequest, threshold int, now time.Time) (*LGPrepared, error) {
+// PrepareLGPut validates req and packs its checkpoint and blobs (pk: large blobs chunked).
+// Blobs sent as deltas must have been resolved first (ResolveLGDeltas).
+func PrepareLGPut(req LGPutRequest, pk LGPacker, now time.Time) (*LGPrepared, error) {
 	if err := CheckLGIDs(req.ThreadID, req.CheckpointID); err != nil {
 		return nil, err
 	}
@@ -679,11 +689,16 @@ func PrepareLGPut(req LGPutRequest, threshold int, now time.Time) (*LGPrepared, 
 			return nil, Invalid(field+".type", "required")
 		case b.Type == LGEmptyType && len(b.Data) > 0:
 			return nil, Invalid(field+".length", "must be 0 for type empty")
+		case b.Delta != nil:
+			return nil, Invalid(field+".delta", "not resolved") // a backend's bug: ResolveLGDeltas first
+		case b.Type == LGEmptyType:
+			p.Blobs[i] = pk.Plain(b.Data)
+			continue
 		}
-		p.Blobs[i] = Pack(b.Data, threshold)
+		p.Blobs[i] = pk.value(req.ThreadID, req.Namespace, b.Channel, b.Version, b.Data, b.sum)
 	}
 	if req.CheckpointStaged == 0 {
-		p.CP = Pack(req.Checkpoint, threshold)
+		p.CP = pk.Plain(req.Checkpoint)
 	}
 	return p, nil
 }

@@ -146,6 +146,9 @@ func lsThreads(ctx context.Context, e *env, st store.Backend, limit int, asJSON 
 			break
 		}
 	}
+	if err := threadFootprints(ctx, st, ts); err != nil {
+		return err
+	}
 	more := 0
 	if cursor != "" {
 		more = max(total-len(ts), 1)
@@ -425,4 +428,28 @@ func printValue(e *env, name, typ string, v json.RawMessage) {
 		b.Write(v)
 	}
 	fmt.Fprintf(e.stdout, "\n%s:\n  %s\n", name, b.String())
+}
+
+// threadFootprints replaces the listed threads' stored bytes (the kept list's cheap sum of their
+// rows) by their footprints: the rows plus the distinct chunks and runs their chunked channel
+// values list (docs/storage.md "Chunked values"), what `ckptd ls` shows for workflows.
+func threadFootprints(ctx context.Context, st store.Backend, ts []store.LGThread) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ThreadID
+	}
+	fp, err := st.Footprints(ctx, store.FootprintRequest{Threads: ids, OmitTotal: true})
+	if err != nil {
+		return err
+	}
+	for i := range ts {
+		if f, ok := fp.Threads[ts[i].ThreadID]; ok && f.StoredBytes > ts[i].StoredBytes {
+			ts[i].ChannelBytes += f.StoredBytes - ts[i].StoredBytes // the chunks and runs of its channel values
+			ts[i].StoredBytes = f.StoredBytes
+		}
+	}
+	return nil
 }

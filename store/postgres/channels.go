@@ -32,7 +32,10 @@ func (s *Store) prepareLGPut(req store.LGPutRequest) (*store.LGPrepared, error) 
 		"parentId", req.ParentID, "checkpoint.type", req.Type); err != nil {
 		return nil, err
 	}
-	p, err := store.PrepareLGPut(req, s.opts.CompressThreshold, s.now())
+	if err := store.ResolveLGDeltas(context.Background(), &req, s.lgvals, s.lgValueBases, req.MaxValueBytes); err != nil {
+		return nil, err
+	}
+	p, err := store.PrepareLGPut(req, s.lgPacker(), s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +154,13 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 			return err
 		}
 		*n = len(inserted)
+		for i, bl := range r.Blobs {
+			if inserted[bl.Channel] && p.Blobs[i].CV != nil {
+				if _, err := refChunked(ctx, w, p.Blobs[i].CV); err != nil {
+					return err
+				}
+			}
+		}
 		given := map[string]int{}
 		taken := false
 		for i, bl := range r.Blobs {
@@ -306,6 +316,9 @@ func lgStoreValue(ctx context.Context, w *wtx, thread, ns, channel, version, typ
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 				ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING`,
 				thread, ns, channel, version, variant, typ, int16(pb.Enc), int64(pb.Size), pb.SHA, pb.Data)
+		}
+		if err == nil && ct.RowsAffected() > 0 && pb.CV != nil && staged == 0 {
+			_, err = refChunked(ctx, w, pb.CV)
 		}
 		return ct.RowsAffected() > 0, err
 	}
@@ -713,6 +726,7 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 	}
 	b = &pgx.Batch{}
 	var ferr error
+	chunked := map[int64][]byte{} // row id -> index of a chunked value
 	if len(need) > 0 {
 		ids := make([]int64, 0, len(need))
 		for id := range need {
@@ -727,6 +741,10 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 				}
 				k := need[id]
 				h := heads[k]
+				if int(h.enc) == store.EncChunked {
+					chunked[id] = data // reassembled after the batch
+					continue
+				}
 				raw, err := store.Unpack(owner[k], store.LGValueWhat(k.channel, k.version, k.variant), data, int(h.enc), h.size, h.sha)
 				if err != nil {
 					ferr = err
@@ -760,6 +778,17 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 	}
 	if ferr != nil {
 		return 0, ferr
+	}
+	for id, index := range chunked {
+		k := need[id]
+		h := heads[k]
+		raw, err := s.lgOpen(ctx, tx.Query, owner[k], store.LGValueWhat(k.channel, k.version, k.variant), index, int(h.enc), h.size, h.sha)
+		if err != nil {
+			return 0, err
+		}
+		s.blobs.Add(h.sha, raw)
+		values[k] = &store.LGBlob{Channel: k.channel, Version: k.version, Variant: k.variant, Type: h.typ, Data: raw}
+		delete(need, id)
 	}
 	if len(need) > 0 { // a row seen by the first query is gone in the same snapshot
 		return 0, fmt.Errorf("lg_blobs rows vanished during a read")
@@ -1152,7 +1181,7 @@ func (a *lgAncestry) Value(id, channel, version string, variant int) (*store.LGB
 	if err := a.tx.QueryRow(a.ctx, `SELECT data FROM lg_blobs WHERE id = $1`, h.id).Scan(&data); err != nil {
 		return nil, err
 	}
-	raw, err := store.Unpack(id, store.LGValueWhat(channel, version, variant), data, int(h.enc), h.size, h.sha)
+	raw, err := a.s.lgOpen(a.ctx, a.tx.Query, id, store.LGValueWhat(channel, version, variant), data, int(h.enc), h.size, h.sha)
 	if err != nil {
 		return nil, err
 	}

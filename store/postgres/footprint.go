@@ -117,6 +117,12 @@ func workflowFootprints(ctx context.Context, tx pgx.Tx, req store.FootprintReque
 	if err != nil {
 		return nil, err
 	}
+	return chunkedFootprints(ctx, tx, owners)
+}
+
+// chunkedFootprints computes the footprints of owners: their rows plus the distinct runs and
+// chunks their indexes list, each once.
+func chunkedFootprints(ctx context.Context, tx pgx.Tx, owners map[string]*store.OwnerValues) (map[string]store.Footprint, error) {
 	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
 		out := make(map[chunk.Address][]byte, len(addrs))
 		err := scanRows(ctx, tx, `SELECT address, data FROM chunk_runs WHERE address = ANY($1)`, func(rows pgx.Rows) error {
@@ -149,25 +155,51 @@ func workflowFootprints(ctx context.Context, tx pgx.Tx, req store.FootprintReque
 	return store.OwnerFootprints(owners, runs, sizes)
 }
 
+// threadFootprints adds up the LangGraph rows of the threads req names, and the distinct runs
+// and chunks of their chunked values.
 func threadFootprints(ctx context.Context, tx pgx.Tx, req store.FootprintRequest) (map[string]store.Footprint, error) {
-	out := map[string]store.Footprint{}
+	owners := map[string]*store.OwnerValues{}
 	where, args := ownerFilter("thread_id", req.AllThreads, req.Threads)
 	for _, table := range []string{"lg_checkpoints", "lg_blobs", "lg_writes"} {
 		err := scanRows(ctx, tx, `SELECT thread_id, sum(size)::bigint, sum(octet_length(data))::bigint FROM `+table+where+` GROUP BY thread_id`,
 			func(rows pgx.Rows) error {
 				var th string
-				var f store.Footprint
-				if err := rows.Scan(&th, &f.LogicalBytes, &f.StoredBytes); err != nil {
+				var logical, stored int64
+				if err := rows.Scan(&th, &logical, &stored); err != nil {
 					return err
 				}
-				out[th] = out[th].Add(f)
+				o := owners[th]
+				if o == nil {
+					o = &store.OwnerValues{}
+					owners[th] = o
+				}
+				o.Logical += logical
+				o.Rows += stored
 				return nil
 			}, args...)
 		if err != nil {
 			return nil, err
 		}
 	}
-	return out, nil
+	where4 := ` WHERE encoding = 4`
+	if where != "" {
+		where4 += ` AND thread_id = ANY($1)`
+	}
+	err := scanRows(ctx, tx, `SELECT thread_id, data FROM lg_blobs`+where4, func(rows pgx.Rows) error {
+		var th string
+		var idx []byte
+		if err := rows.Scan(&th, &idx); err != nil {
+			return err
+		}
+		if o := owners[th]; o != nil {
+			o.Indexes = append(o.Indexes, idx)
+		}
+		return nil
+	}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return chunkedFootprints(ctx, tx, owners)
 }
 
 // footprint is what the database's footprint adds up: the checkpoints' sizes (state_bytes) and

@@ -47,7 +47,7 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 			return err
 		}
 		emit := func(r store.LGRecord, what string, data []byte, enc int, size int64, sha []byte) error {
-			raw, err := store.Unpack(r.CheckpointID, what, data, enc, size, sha)
+			raw, err := s.lgOpen(ctx, tx.Query, r.CheckpointID, what, data, enc, size, sha)
 			if err != nil {
 				return err
 			}
@@ -83,19 +83,33 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 		if err != nil {
 			return err
 		}
-		err = scanRows(ctx, tx, `SELECT namespace, channel, version, variant, type, encoding, size, sha256, data FROM lg_blobs
-				WHERE thread_id = $1 ORDER BY namespace, channel, version, variant`, func(rows pgx.Rows) error {
+		// values: their ids in key order first, then row by row, so that a chunked value's
+		// runs and chunks can be read on the same connection
+		var ids []int64
+		err = scanRows(ctx, tx, `SELECT id FROM lg_blobs WHERE thread_id = $1 ORDER BY namespace, channel, version, variant`,
+			func(rows pgx.Rows) error {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+				return nil
+			}, thread)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
 			r := store.LGRecord{Kind: store.LGKindValue}
 			var enc int
 			var size int64
 			var sha, data []byte
-			if err := rows.Scan(&r.Namespace, &r.Channel, &r.Version, &r.Variant, &r.Type, &enc, &size, &sha, &data); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT namespace, channel, version, variant, type, encoding, size, sha256, data FROM lg_blobs
+					WHERE id = $1`, id).Scan(&r.Namespace, &r.Channel, &r.Version, &r.Variant, &r.Type, &enc, &size, &sha, &data); err != nil {
 				return err
 			}
-			return emit(r, store.LGValueWhat(r.Channel, r.Version, r.Variant), data, enc, size, sha)
-		}, thread)
-		if err != nil {
-			return err
+			if err := emit(r, store.LGValueWhat(r.Channel, r.Version, r.Variant), data, enc, size, sha); err != nil {
+				return err
+			}
 		}
 		return scanRows(ctx, tx, `SELECT namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding,
 				size, sha256, data FROM lg_writes WHERE thread_id = $1 ORDER BY namespace, checkpoint_id, task_id, idx`,
@@ -191,7 +205,7 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 		case err != nil:
 			return false, err
 		}
-		raw, err := store.Unpack(r.CheckpointID, what+" (stored here)", data, enc, size, sha)
+		raw, err := s.lgOpen(ctx, w.query, r.CheckpointID, what+" (stored here)", data, enc, size, sha)
 		if err != nil {
 			return false, err
 		}
@@ -236,9 +250,17 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 			return err
 		}
 		pb := s.pack(r.Data)
+		if r.Type != store.LGEmptyType {
+			pb = s.lgPacker().Value(thread, r.Namespace, r.Channel, r.Version, r.Data)
+		}
 		if _, err := w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, thread, r.Namespace, r.Channel, r.Version, r.Variant, r.Type, pb.Enc, pb.Size, pb.SHA, pb.Data); err != nil {
 			return err
+		}
+		if pb.CV != nil {
+			if _, err := refChunked(ctx, w, pb.CV); err != nil {
+				return err
+			}
 		}
 		res.Imported.Values++
 	case store.LGKindWrite:

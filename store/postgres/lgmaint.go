@@ -212,7 +212,7 @@ func lgDeleteValues(ctx context.Context, w *wtx, thread, ns string, keys map[sto
 	if len(chs) == 0 {
 		return nil
 	}
-	_, err := w.exec(ctx, `DELETE FROM lg_blobs b USING unnest($3::text[], $4::text[], $5::int[]) AS k(c, v, r)
+	_, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs b USING unnest($3::text[], $4::text[], $5::int[]) AS k(c, v, r)
 		WHERE b.thread_id = $1 AND b.namespace = $2 AND b.channel = k.c AND b.version = k.v AND b.variant = k.r`,
 		thread, ns, chs, vers, vars)
 	return err
@@ -367,7 +367,7 @@ func (s *Store) lgCollect(ctx context.Context, thread, ns string) error {
 			if len(values) > 0 {
 				chunk := values[:min(len(values), store.BiteUnits)]
 				values = values[len(chunk):]
-				_, err := w.exec(ctx, `DELETE FROM lg_blobs WHERE id = ANY($1)`, chunk)
+				_, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs WHERE id = ANY($1)`, chunk)
 				return len(values)+len(writes) == 0, err
 			}
 			chunk := writes[:min(len(writes), store.BiteUnits)]
@@ -443,12 +443,22 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 			return false, nil
 		case 1, 2, 3:
 			table := []string{"lg_writes", "lg_blobs", "lg_staged"}[stage-1]
-			ct, err := w.exec(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+` WHERE thread_id = $1 LIMIT $2)`,
-				thread, store.BiteUnits)
-			if err != nil {
-				return false, err
+			q := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` WHERE thread_id = $1 LIMIT $2)`
+			var k int64
+			if table == "lg_blobs" {
+				n, err := w.lgDeleteBlobs(ctx, q, thread, store.BiteUnits)
+				if err != nil {
+					return false, err
+				}
+				k = n
+			} else {
+				ct, err := w.exec(ctx, q, thread, store.BiteUnits)
+				if err != nil {
+					return false, err
+				}
+				k = ct.RowsAffected()
 			}
-			if ct.RowsAffected() < store.BiteUnits {
+			if k < store.BiteUnits {
 				stage++
 			}
 			return false, nil
@@ -659,10 +669,16 @@ func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) 
 				if len(stored) == 0 {
 					next = b.variant
 				}
-				if _, err := w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
-					SELECT $1, namespace, channel, version, $2, type, encoding, size, sha256, data FROM lg_blobs WHERE id = $3`,
-					dst, next, b.id); err != nil {
+				var index []byte
+				if err := w.queryRow(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+					SELECT $1, namespace, channel, version, $2, type, encoding, size, sha256, data FROM lg_blobs WHERE id = $3
+					RETURNING CASE WHEN encoding = 4 THEN data END`, dst, next, b.id).Scan(&index); err != nil {
 					return err
+				}
+				if index != nil { // a chunked value: one more listing of its runs
+					if err := refIndex(ctx, w, index); err != nil {
+						return err
+					}
 				}
 				match = next
 			}

@@ -134,6 +134,9 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 			return err
 		}
 		out = append(out, writes...)
+		if err := auditLGValues(ctx, tx, audit); err != nil {
+			return err
+		}
 		problems, err := auditChunks(ctx, tx, audit)
 		if err != nil {
 			return err
@@ -285,7 +288,7 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 	err := s.readTx(ctx, func(tx pgx.Tx) error {
 		counts, out = store.LGCounts{}, nil
 		check := func(p store.LGProblem, what string, data []byte, enc int, size int64, sha []byte) {
-			if _, err := store.Unpack(p.CheckpointID, what, data, enc, size, sha); err != nil {
+			if _, err := s.lgOpen(ctx, tx.Query, p.CheckpointID, what, data, enc, size, sha); err != nil {
 				if ce := asCorrupt(err); ce != nil {
 					p.Reason = ce.Reason
 				} else {
@@ -314,7 +317,13 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 				},
 				func(p *store.LGProblem) string { return fmt.Sprintf("write %s/%d", p.TaskID, p.Idx) }},
 		}
+		type chunkedRow struct {
+			p          store.LGProblem
+			size       int64
+			sha, index []byte
+		}
 		for _, t := range tables {
+			var chunked []chunkedRow // reassembled once the scan is closed (one connection)
 			err := scanRows(ctx, tx, `SELECT `+t.cols+`, encoding, size, sha256, data FROM `+t.table+` ORDER BY id`, func(rows pgx.Rows) error {
 				p := store.LGProblem{Kind: t.kind}
 				var enc int
@@ -324,9 +333,18 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 					return err
 				}
 				*t.n++
+				if enc == store.EncChunked {
+					chunked = append(chunked, chunkedRow{p, size, sha, data})
+					return nil
+				}
 				check(p, t.what(&p), data, enc, size, sha)
 				return nil
 			})
+			if err == nil {
+				for _, c := range chunked {
+					check(c.p, t.what(&c.p), c.index, store.EncChunked, c.size, c.sha)
+				}
+			}
 			if c := sqlState(err); c == "XX001" || c == "XX002" {
 				out = append(out, store.LGProblem{Kind: "table", Reason: t.table + ": " + err.Error()})
 				return nil // the transaction is aborted: report the damage found so far

@@ -445,6 +445,14 @@ ALTER TABLE writes ADD COLUMN encoding smallint NOT NULL DEFAULT 0,  -- 0: value
 	// runs and stats reads a few rows instead of every value. Existing databases get them counted
 	// here.
 	{"the database's footprint kept in counters", footprintStep},
+	// Chunked LangGraph channel values (docs/storage.md "Chunked values",
+	// store/postgres/lgchunks.go): an lg_blobs value larger than chunk.InlineMax is stored as
+	// shared chunks like a state (encoding 4: data holds the index, size and sha256 the raw
+	// value's), counted in chunks and chunk_runs. No table changes: the step makes an older
+	// build, which would read encoding 4 in lg_blobs as corrupt, refuse the database.
+	{"chunked LangGraph channel values (lg_blobs encoding 4)", `
+COMMENT ON COLUMN lg_blobs.encoding IS '0 raw, 16 S2, 4 chunked: data holds the index of the value''s runs, size and sha256 are the raw value''s';
+`},
 }
 
 // footprintCounters are the counters the footprint step adds: name, what it counts.

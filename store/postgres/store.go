@@ -88,7 +88,8 @@ type Store struct {
 	origin   string // this Store's id in notifications
 	amcheck  bool   // the amcheck extension can be used
 	blobs    *store.BlobCache
-	states   *store.StateCache // each workflow's last state saved (chunking base, wire deltas); nil: off
+	states   *store.StateCache   // each workflow's last state saved (chunking base, wire deltas); nil: off
+	lgvals   *store.LGValueCache // each LangGraph channel's last value put (chunking base, wire deltas); nil: off
 
 	mu       sync.Mutex
 	queue    []*job
@@ -207,6 +208,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.states = store.NewStateCache(store.DefaultStateCacheBytes)
 	case opts.StateCacheBytes > 0:
 		s.states = store.NewStateCache(opts.StateCacheBytes)
+	}
+	switch {
+	case opts.StateCacheBytes == 0:
+		s.lgvals = store.NewLGValueCache(store.DefaultStateCacheBytes)
+	case opts.StateCacheBytes > 0:
+		s.lgvals = store.NewLGValueCache(opts.StateCacheBytes)
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		cd.Close()

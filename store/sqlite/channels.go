@@ -52,8 +52,16 @@ func (w *wtx) lgExec(ctx context.Context, q string, args ...any) (sql.Result, er
 	return st.ExecContext(ctx, args...)
 }
 
+// lgPacker packs LangGraph values: large channel values chunked (store.LGPacker).
+func (s *Store) lgPacker() store.LGPacker {
+	return store.LGPacker{Threshold: s.opts.CompressThreshold, Codec: s.codec, Cache: s.lgvals}
+}
+
 func (s *Store) prepareLGPut(req store.LGPutRequest) (*store.LGPrepared, error) {
-	p, err := store.PrepareLGPut(req, s.opts.CompressThreshold, s.now())
+	if err := store.ResolveLGDeltas(context.Background(), &req, s.lgvals, s.lgValueBases, req.MaxValueBytes); err != nil {
+		return nil, err
+	}
+	p, err := store.PrepareLGPut(req, s.lgPacker(), s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +215,11 @@ func (s *Store) lgStoreValue(ctx context.Context, w *wtx, thread, ns, channel, v
 			return false, err
 		}
 		k, _ := res.RowsAffected()
-		if k > 0 {
+		if k > 0 && pb.CV != nil {
+			if _, err := s.refChunked(ctx, w, pb.CV); err != nil {
+				return false, err
+			}
+		} else if k > 0 {
 			s.walPending.Add(int64(pb.Size))
 		}
 		return k > 0, nil
@@ -554,25 +566,47 @@ func (r *lgReader) fetchBlobs(thread, ns, checkpointID, q string, args []any) er
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var data []byte
-		if err := rows.Scan(&id, &data); err != nil {
-			return err
-		}
+	got := func(id int64, raw []byte) {
 		n := missing[id]
-		raw, err := store.Unpack(checkpointID, store.LGValueWhat(n.channel, n.version, n.variant), data, int(n.enc), n.size, n.sha)
-		if err != nil {
-			return err
-		}
 		r.s.blobs.Add(n.sha, raw)
 		r.blobs[blobKey{thread, ns, n.channel, n.version, n.variant}] = &store.LGBlob{Channel: n.channel, Version: n.version, Variant: n.variant, Type: n.typ, Data: raw}
 		r.bytes += int64(len(raw))
 		delete(missing, id)
 	}
+	chunked := map[int64][]byte{} // indexes, reassembled once the rows are closed
+	for rows.Next() {
+		var id int64
+		var data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			rows.Close()
+			return err
+		}
+		n := missing[id]
+		if n.enc == store.EncChunked {
+			chunked[id] = data
+			continue
+		}
+		raw, err := store.Unpack(checkpointID, store.LGValueWhat(n.channel, n.version, n.variant), data, int(n.enc), n.size, n.sha)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		got(id, raw)
+	}
 	if err := rows.Err(); err != nil {
+		rows.Close()
 		return err
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for id, index := range chunked {
+		n := missing[id]
+		raw, err := r.s.lgOpen(r.ctx, r.tx.cached, checkpointID, store.LGValueWhat(n.channel, n.version, n.variant), index, int(n.enc), n.size, n.sha)
+		if err != nil {
+			return err
+		}
+		got(id, raw)
 	}
 	if len(missing) > 0 { // a row seen by the first query is gone in the same read transaction
 		return fmt.Errorf("lg_blobs rows vanished during a read")

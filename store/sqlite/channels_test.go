@@ -113,8 +113,12 @@ func TestLGCompressedRoundTrip(t *testing.T) {
 	p, _ := s.LGPut(req)
 	require.NoError(t, p.Wait(ctx))
 	var enc, stored int
-	require.NoError(t, rawDB(t, s.Path()).QueryRow(`SELECT encoding, length(data) FROM lg_blobs`).Scan(&enc, &stored))
+	require.NoError(t, rawDB(t, s.Path()).QueryRow(`SELECT encoding, length(data) FROM lg_checkpoints`).Scan(&enc, &stored))
 	require.Equal(t, store.EncS2, enc)
+	require.Less(t, stored, len(big)/2)
+	// a channel value over chunk.InlineMax is chunked, its chunks compressed
+	require.NoError(t, rawDB(t, s.Path()).QueryRow(`SELECT encoding, (SELECT sum(length(data)) FROM chunks) FROM lg_blobs`).Scan(&enc, &stored))
+	require.Equal(t, store.EncChunked, enc)
 	require.Less(t, stored, len(big)/2)
 	got, err := s.LGGet(ctx, "T", "", "")
 	require.NoError(t, err)

@@ -121,6 +121,12 @@ func (s *Store) workflowFootprints(ctx context.Context, tx *rtx, req store.Footp
 			return nil, err
 		}
 	}
+	return chunkedFootprints(ctx, tx, owners)
+}
+
+// chunkedFootprints computes the footprints of owners: their rows plus the distinct runs and
+// chunks their indexes list, each once.
+func chunkedFootprints(ctx context.Context, tx *rtx, owners map[string]*store.OwnerValues) (map[string]store.Footprint, error) {
 	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
 		out := make(map[chunk.Address][]byte, len(addrs))
 		err := eachAddrRow(ctx, tx.cached, qRunsByAddr, addrs, func(rows *sql.Rows) error {
@@ -153,9 +159,10 @@ func (s *Store) workflowFootprints(ctx context.Context, tx *rtx, req store.Footp
 	return store.OwnerFootprints(owners, runs, sizes)
 }
 
-// threadFootprints adds up the LangGraph rows of the threads req names.
+// threadFootprints adds up the LangGraph rows of the threads req names, and the distinct runs
+// and chunks of their chunked values.
 func threadFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) (map[string]store.Footprint, error) {
-	out := map[string]store.Footprint{}
+	owners := map[string]*store.OwnerValues{}
 	where, args := "", [][]any{{}}
 	if !req.AllThreads {
 		where, args = ` WHERE thread_id = ?`, nil
@@ -168,19 +175,43 @@ func threadFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) 
 			err := scanRows(ctx, tx, `SELECT thread_id, sum(size), sum(length(data)) FROM `+table+where+` GROUP BY thread_id`,
 				func(rows *sql.Rows) error {
 					var th string
-					var f store.Footprint
-					if err := rows.Scan(&th, &f.LogicalBytes, &f.StoredBytes); err != nil {
+					var logical, stored int64
+					if err := rows.Scan(&th, &logical, &stored); err != nil {
 						return err
 					}
-					out[th] = out[th].Add(f)
+					o := owners[th]
+					if o == nil {
+						o = &store.OwnerValues{}
+						owners[th] = o
+					}
+					o.Logical += logical
+					o.Rows += stored
 					return nil
 				}, a...)
 			if err != nil {
 				return nil, err
 			}
 		}
+		where4 := ` WHERE encoding = 4`
+		if where != "" {
+			where4 += ` AND thread_id = ?`
+		}
+		err := scanRows(ctx, tx, `SELECT thread_id, data FROM lg_blobs`+where4, func(rows *sql.Rows) error {
+			var th string
+			var idx []byte
+			if err := rows.Scan(&th, &idx); err != nil {
+				return err
+			}
+			if o := owners[th]; o != nil {
+				o.Indexes = append(o.Indexes, idx)
+			}
+			return nil
+		}, a...)
+		if err != nil {
+			return nil, err
+		}
 	}
-	return out, nil
+	return chunkedFootprints(ctx, tx, owners)
 }
 
 // footprintCounters are the counters the database's footprint adds up (schema step 13, and

@@ -33,7 +33,7 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 		}
 		var ferr error // each's error: returned as is
 		emit := func(r store.LGRecord, what string, data []byte, enc int, size int64, sha []byte) error {
-			raw, err := store.Unpack(r.CheckpointID, what, data, enc, size, sha)
+			raw, err := s.lgOpen(ctx, tx.cached, r.CheckpointID, what, data, enc, size, sha)
 			if err != nil {
 				return err
 			}
@@ -178,7 +178,7 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 		case err != nil:
 			return false, err
 		}
-		raw, err := store.Unpack(r.CheckpointID, what+" (stored here)", data, enc, size, sha)
+		raw, err := s.lgOpen(ctx, w.query, r.CheckpointID, what+" (stored here)", data, enc, size, sha)
 		if err != nil {
 			return false, err
 		}
@@ -217,11 +217,20 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 			return err
 		}
 		pb := s.pack(r.Data)
+		if r.Type != store.LGEmptyType {
+			pb = s.lgPacker().Value(thread, r.Namespace, r.Channel, r.Version, r.Data)
+		}
 		if _, err := w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
 				VALUES (?,?,?,?,?,?,?,?,?,?)`, thread, r.Namespace, r.Channel, r.Version, r.Variant, r.Type, pb.Enc, pb.Size, pb.SHA, pb.Data); err != nil {
 			return err
 		}
-		s.walPending.Add(int64(len(pb.Data)))
+		if pb.CV != nil {
+			if _, err := s.refChunked(ctx, w, pb.CV); err != nil {
+				return err
+			}
+		} else {
+			s.walPending.Add(int64(len(pb.Data)))
+		}
 		res.Imported.Values++
 	case store.LGKindWrite:
 		dup, err := same(what, `SELECT encoding, size, sha256, data FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?

@@ -212,7 +212,7 @@ func lgDeleteValues(ctx context.Context, w *wtx, thread, ns string, keys map[sto
 		if ref[k] {
 			continue
 		}
-		if _, err := w.exec(ctx, `DELETE FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ? AND variant = ?`,
+		if _, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ? AND variant = ?`,
 			thread, ns, k.Channel, k.Version, k.Variant); err != nil {
 			return err
 		}
@@ -368,7 +368,7 @@ func (s *Store) lgCollect(ctx context.Context, thread, ns string) error {
 			}
 			for k := 0; k < store.BiteUnits && len(values)+len(writes) > 0; k++ {
 				if len(values) > 0 {
-					if _, err := w.exec(ctx, `DELETE FROM lg_blobs WHERE id = ?`, values[0]); err != nil {
+					if _, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs WHERE id = ?`, values[0]); err != nil {
 						return false, err
 					}
 					values = values[1:]
@@ -496,12 +496,22 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 			return false, nil
 		case 1, 2, 3:
 			table := []string{"lg_writes", "lg_blobs", "lg_staged"}[stage-1]
-			res, err := w.exec(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+` WHERE thread_id = ? LIMIT ?)`,
-				thread, store.BiteUnits)
-			if err != nil {
-				return false, err
+			q := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` WHERE thread_id = ? LIMIT ?)`
+			var k int64
+			if table == "lg_blobs" {
+				n, err := w.lgDeleteBlobs(ctx, q, thread, store.BiteUnits)
+				if err != nil {
+					return false, err
+				}
+				k = n
+			} else {
+				res, err := w.exec(ctx, q, thread, store.BiteUnits)
+				if err != nil {
+					return false, err
+				}
+				k, _ = res.RowsAffected()
 			}
-			if k, _ := res.RowsAffected(); k < store.BiteUnits {
+			if k < store.BiteUnits {
 				stage++
 			}
 			return false, nil
@@ -698,9 +708,16 @@ func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) 
 				if len(stored) == 0 {
 					next = b.variant // keep the numbering when dst has none of this version
 				}
-				if _, err := w.exec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
-					SELECT ?, namespace, channel, version, ?, type, encoding, size, sha256, data FROM lg_blobs WHERE id = ?`, dst, next, b.id); err != nil {
+				var index []byte
+				if err := w.queryRow(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+					SELECT ?, namespace, channel, version, ?, type, encoding, size, sha256, data FROM lg_blobs WHERE id = ?
+					RETURNING CASE WHEN encoding = 4 THEN data END`, dst, next, b.id).Scan(&index); err != nil {
 					return err
+				}
+				if index != nil { // a chunked value: one more listing of its runs
+					if err := s.refIndex(ctx, w, index); err != nil {
+						return err
+					}
 				}
 				match = next
 			}

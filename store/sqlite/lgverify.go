@@ -10,8 +10,8 @@ import (
 )
 
 // VerifyLG re-checks every stored LangGraph checkpoint, channel value and pending write: the
-// SHA-256 of the stored bytes and their decoding, straight from the database (never from the
-// in-memory value cache). Reads only.
+// SHA-256 of the stored bytes and their decoding (a chunked value reassembled and checked as a
+// whole), straight from the database (never from the in-memory value cache). Reads only.
 func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem, error) {
 	var counts store.LGCounts
 	var out []store.LGProblem
@@ -27,7 +27,7 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 			return err
 		}
 		check := func(p store.LGProblem, what string, data sql.RawBytes, enc int, size int64, sha []byte) {
-			if _, err := store.Unpack(p.CheckpointID, what, data, enc, size, sha); err != nil {
+			if _, err := s.lgOpen(ctx, tx.cached, p.CheckpointID, what, data, enc, size, sha); err != nil {
 				if ce := (*store.CorruptError)(nil); errors.As(err, &ce) {
 					p.Reason = ce.Reason
 				} else {
@@ -82,4 +82,20 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 		return store.LGCounts{}, nil, wrapDB("verify LangGraph storage", err)
 	}
 	return counts, out, nil
+}
+
+// auditLGValues counts the listings of the chunked LangGraph channel values into audit (their
+// reassembly is VerifyLG's).
+func auditLGValues(ctx context.Context, tx *rtx, audit *store.RefAudit) error {
+	return scanRows(ctx, tx, `SELECT thread_id, namespace, channel, version, variant, data FROM lg_blobs WHERE encoding = 4`,
+		func(rows *sql.Rows) error {
+			var thread, ns, ch, ver string
+			var variant int
+			var index []byte
+			if err := rows.Scan(&thread, &ns, &ch, &ver, &variant, &index); err != nil {
+				return err
+			}
+			audit.Value(fmt.Sprintf("LangGraph thread %q namespace %q %s", thread, ns, store.LGValueWhat(ch, ver, variant)), index)
+			return nil
+		})
 }

@@ -453,8 +453,9 @@ func (s *Store) SalvageLGRow(ctx context.Context, kind string, rowid int64) (sto
 	r := store.LGRecord{Kind: kind}
 	var enc int
 	var size int64
-	var sha, data []byte
+	var sha, data, raw []byte
 	var what string
+	var oerr error // the value's verification
 	err := s.readTx(ctx, func(tx *rtx) error {
 		switch kind {
 		case store.LGKindCheckpoint:
@@ -492,6 +493,9 @@ func (s *Store) SalvageLGRow(ctx context.Context, kind string, rowid int64) (sto
 		default:
 			return fmt.Errorf("unknown LangGraph row kind %q", kind)
 		}
+		if enc == store.EncChunked { // reassembled from the chunks in the same snapshot
+			raw, oerr = s.lgOpen(ctx, tx.cached, r.CheckpointID, what, data, enc, size, sha)
+		}
 		return nil
 	})
 	if err != nil {
@@ -500,9 +504,11 @@ func (s *Store) SalvageLGRow(ctx context.Context, kind string, rowid int64) (sto
 		}
 		return r, wrapDB("read LangGraph row", err)
 	}
-	raw, err := store.Unpack(r.CheckpointID, what, data, enc, size, sha)
-	if err != nil {
-		return r, err
+	if enc != store.EncChunked {
+		raw, oerr = store.Unpack(r.CheckpointID, what, data, enc, size, sha)
+	}
+	if oerr != nil {
+		return r, oerr
 	}
 	r.Data = raw
 	return r, r.Check()

@@ -544,6 +544,14 @@ CREATE TRIGGER runs_footprint_del AFTER DELETE ON runs BEGIN
 	UPDATE counters SET runs = runs - 1, run_bytes = run_bytes - length(OLD.data) WHERE id = 1;
 END;
 ` + lgFootprintTriggers("lg_checkpoints") + lgFootprintTriggers("lg_blobs") + lgFootprintTriggers("lg_writes"),
+	// 14: chunked LangGraph channel values (docs/storage.md "Chunked values",
+	// store/sqlite/lgchunks.go): an lg_blobs value larger than chunk.InlineMax is stored as
+	// shared chunks like a state (encoding 4: data holds the index, size and sha256 the raw
+	// value's), counted in chunk_refs and run_refs. No table changes; the step is there so that
+	// an older build, which would read encoding 4 in lg_blobs as corrupt, refuses the database.
+	`
+UPDATE lg_blobs SET encoding = encoding WHERE 0;
+`,
 }
 
 // lgFootprintTriggers keeps counters.lg_logical and lg_stored for one LangGraph table (step 13).

@@ -149,6 +149,9 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 				return err
 			}
 			out = append(out, writes...)
+			if err := auditLGValues(ctx, tx, audit); err != nil {
+				return err
+			}
 			problems, err := s.auditChunks(ctx, tx, audit)
 			if err != nil {
 				return err

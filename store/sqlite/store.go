@@ -96,9 +96,10 @@ type Store struct {
 	walPending   atomic.Int64  // approx. bytes written since the last checkpoint
 	lastCommit   atomic.Int64  // unix nanos of the writer's last transaction (for the compactor)
 	compact      *compactor
-	blobs        *store.BlobCache  // LangGraph channel values by stored SHA-256; nil: off
-	states       *store.StateCache // each workflow's last state saved (chunking base, wire deltas); nil: off
-	deletes      atomic.Uint64     // checkpoints removed by retention (for background vacuum)
+	blobs        *store.BlobCache    // LangGraph channel values by stored SHA-256; nil: off
+	states       *store.StateCache   // each workflow's last state saved (chunking base, wire deltas); nil: off
+	lgvals       *store.LGValueCache // each LangGraph channel's last value put (chunking base, wire deltas); nil: off
+	deletes      atomic.Uint64       // checkpoints removed by retention (for background vacuum)
 	onPruned     atomic.Pointer[func(workflowID string, ids []string, reason string)]
 	closeOnce    sync.Once
 	closeErr     error
@@ -210,6 +211,12 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		s.states = store.NewStateCache(store.DefaultStateCacheBytes)
 	case opts.StateCacheBytes > 0:
 		s.states = store.NewStateCache(opts.StateCacheBytes)
+	}
+	switch {
+	case opts.StateCacheBytes == 0:
+		s.lgvals = store.NewLGValueCache(store.DefaultStateCacheBytes)
+	case opts.StateCacheBytes > 0:
+		s.lgvals = store.NewLGValueCache(opts.StateCacheBytes)
 	}
 	if err := s.openConns(ctx, created); err != nil {
 		s.closeConns()

@@ -566,3 +566,49 @@ def test_example_crash_then_resume(lg: None, ckptd_bin: str, tmp_path: Any) -> N
     assert "node executions across runs: research,outline,draft,review,review,publish" in out, out
     third = run()
     assert third.returncode == 0 and "already finished" in third.stdout, third.stdout
+
+
+# --- value deltas (docs/protocol.md, lg/put "Value deltas") ------------------------------------
+
+
+def test_value_deltas_for_a_growing_channel(saver: Any) -> None:
+    """A msgpack list that grows (its count in the header changes, the new item at the end) goes
+    as a delta of a few bytes with the base's body copied; every version reads back whole."""
+    rec = Recorder(saver.client)
+    config = cfg("grow")
+    messages: List[Dict[str, Any]] = []
+    ver = None
+    kept = []
+    for i in range(40):
+        messages.append({"role": "user" if i % 2 else "ai", "content": "message %d %s" % (i, os.urandom(200).hex())})
+        ver = saver.get_next_version(ver, None)
+        config = saver.put(config, ckpt({"messages": list(messages), "step": i}, {"messages": ver, "step": ver}),
+                           {"step": i}, {"messages": ver, "step": ver})
+        kept.append((config, list(messages)))
+    for c, want in kept:
+        assert saver.get_tuple(c).checkpoint["channel_values"]["messages"] == want
+    puts = [c for c in rec.calls if c[0] == "lg/put"]
+    deltas = [c for c in puts if any("delta" in b for b in c[1]["blobs"])]
+    assert len(deltas) >= 28, len(deltas)  # from ~4 KiB on, but the put where the count outgrows a fixarray
+    assert all(any(b.get("delta", {}).get("copies") for b in c[1]["blobs"]) for c in deltas), "msgpack: the count changed"
+    assert max(c[2] for c in deltas) < 2048, [c[2] for c in deltas]
+
+
+def test_value_delta_base_gone_is_sent_whole(saver: Any) -> None:
+    """A base the daemon does not have (-32001 naming blobs[i].delta.baseVersion): the put goes
+    again with every value whole."""
+    from ckptd.langgraph import _value_delta
+
+    rec = Recorder(saver.client)
+    big = ["item %d %s" % (i, os.urandom(40).hex()) for i in range(80)]
+    typ, data = saver.serde.dumps_typed(big)
+    saver._values.remember('["gone", "messages"]', "", '"00000000000000000000000000000009.1"', data)
+    ver = saver.get_next_version(None, None)
+    config = saver.put(cfg("gone"), ckpt({"messages": big + ["new"]}, {"messages": ver}), {}, {"messages": ver})
+    puts = [c for c in rec.calls if c[0] == "lg/put"]
+    assert [sum(1 for b in c[1]["blobs"] if "delta" in b) for c in puts] == [1, 0]
+    assert saver.get_tuple(config).checkpoint["channel_values"]["messages"] == big + ["new"]
+    body = os.urandom(20000)
+    d = _value_delta(b"\xdc\x00\x10" + body, b"\xdc\x00\x11" + body + b"appended")
+    assert d is not None and (d[0], d[1], d[3]) == (2, 0, [[1, 3, len(body)]]) and d[2] == b"\x11appended"
+    assert _value_delta(b"\xdc\x00\x10" + body, os.urandom(len(body))) is None

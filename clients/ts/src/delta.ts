@@ -97,6 +97,11 @@ export class DeltaMemory {
     return { delta: { baseCheckpointId: last.checkpointId, keepPrefix, keepSuffix, sha256 }, middle };
   }
 
+  /** The last state remembered of the workflow and namespace, if any. */
+  last(workflowId: string, namespace: string): { checkpointId: string; state: Uint8Array } | undefined {
+    return this.m.get(DeltaMemory.key(workflowId, namespace));
+  }
+
   /** Remembers `state` (which must not change afterwards) as the last one saved of the workflow. */
   remember(workflowId: string, namespace: string, checkpointId: string, state: Uint8Array): void {
     const k = DeltaMemory.key(workflowId, namespace);
@@ -122,4 +127,60 @@ export function baseUnusable(err: unknown, baseCheckpointId: string): boolean {
   if (e === null || typeof e !== "object" || (e.code !== -32001 && e.code !== -32002)) return false;
   const d = e.data as { checkpointId?: unknown } | null | undefined;
   return d !== null && typeof d === "object" && d.checkpointId === baseCheckpointId;
+}
+
+/** How far past the common prefix a value delta looks for a small replacement followed by a long common run. */
+const DELTA_SKIP = 16;
+
+/**
+ * `lg/put`'s `blobs[i].delta` (docs/protocol.md, lg/put "Value deltas"): `copies` splice ranges of the
+ * base (`[at, from, length]`: the base's bytes `[from, from+length)` at offset `at` of the segment).
+ */
+export interface ValueDelta {
+  baseVersion: string | number;
+  keepPrefix: number;
+  keepSuffix: number;
+  sha256: string;
+  copies?: [number, number, number][];
+}
+
+/**
+ * A channel value `next` as a delta against `base` when it pays, else null: one middle first;
+ * failing that, a replacement of at most 16 bytes after the common prefix (the count in the
+ * header of a list that grew), the long common run after it copied from the base, then the
+ * middle and the common suffix of the rest.
+ */
+export function valueDelta(
+  base: Uint8Array,
+  next: Uint8Array,
+): { keepPrefix: number; keepSuffix: number; segment: Uint8Array; copies: [number, number, number][] } | null {
+  if (next.length <= DELTA_MIN_BYTES) return null;
+  const { keepPrefix, keepSuffix, middle } = computeDelta(base, next);
+  if (deltaPays(next.length, middle.length)) return { keepPrefix, keepSuffix, segment: middle, copies: [] };
+  for (let j = 1; j <= DELTA_SKIP; j++) {
+    const at = keepPrefix + j;
+    if (at >= base.length || at >= next.length) break;
+    const run = commonPrefix(base.subarray(at), next.subarray(at));
+    if (run * 100 < next.length * DELTA_MAX_MIDDLE_PERCENT) continue;
+    const end = at + run;
+    const ks = commonSuffix(base.subarray(end), next.subarray(end));
+    const head = next.subarray(keepPrefix, at);
+    const tail = next.subarray(end, next.length - ks);
+    if (!deltaPays(next.length, head.length + tail.length)) break;
+    const segment = new Uint8Array(head.length + tail.length);
+    segment.set(head, 0);
+    segment.set(tail, head.length);
+    return { keepPrefix, keepSuffix: ks, segment, copies: [[j, at, run]] };
+  }
+  return null;
+}
+
+/** Whether an `lg/put` failed because of one of its value deltas: send it again with every value whole. */
+export function valueDeltaRefused(err: unknown): boolean {
+  const e = err as { code?: unknown; data?: unknown };
+  if (e === null || typeof e !== "object") return false;
+  if (e.code === -32002) return true;
+  if (e.code !== -32001 && e.code !== -32602) return false;
+  const d = e.data as { field?: unknown } | null | undefined;
+  return d !== null && typeof d === "object" && typeof d.field === "string" && d.field.includes(".delta");
 }

@@ -20,8 +20,8 @@ export { Workflow, StepInterruptedError, RollbackFailedError } from "./workflow.
 export type { ErrorClass, LayerParams, RollbackHandler, RollbackOptions, RollbackOutcome, StepContext, StepOptions, WorkflowOptions } from "./workflow.js";
 export { Claim, defaultOwner } from "./claim.js";
 export { WorkflowListing } from "./listing.js";
-export { DeltaMemory, computeDelta, deltaPays, DELTA_MIN_BYTES } from "./delta.js";
-export type { StateDelta } from "./delta.js";
+export { DeltaMemory, computeDelta, deltaPays, valueDelta, DELTA_MIN_BYTES } from "./delta.js";
+export type { StateDelta, ValueDelta } from "./delta.js";
 export type { ClaimOptions } from "./claim.js";
 export {
   BinaryNotFoundError,

@@ -46,7 +46,10 @@ import {
   type SerializerProtocol,
 } from "@langchain/langgraph-checkpoint";
 
+import { createHash } from "node:crypto";
+
 import { Client, type ClientOptions } from "./client.js";
+import { DeltaMemory, valueDelta, valueDeltaRefused } from "./delta.js";
 import "./dispose.js";
 
 /**
@@ -80,6 +83,8 @@ export type CkptdSaverOptions =
       db?: undefined;
       serde?: SerializerProtocol;
       retention?: CkptdRetention;
+      /** Send channel values as wire deltas when that pays (default true; see `deltas` of the other form). */
+      deltas?: boolean;
     };
 
 const RETENTION_KEYS = new Set(["keepLast", "keepFirst", "maxAgeSeconds", "idleTtlSeconds"]);
@@ -296,6 +301,8 @@ export class CkptdSaver extends BaseCheckpointSaver {
   private readonly ownsClient: boolean;
   private readonly startOptions: ClientOptions | null;
   private readonly retention: CkptdRetention | undefined;
+  /** The last value put of each (thread, namespace, channel): the base of its next delta; null: off. */
+  private readonly values: DeltaMemory | null;
   private closed = false;
 
   constructor(options: CkptdSaverOptions) {
@@ -304,6 +311,7 @@ export class CkptdSaver extends BaseCheckpointSaver {
       throw new TypeError("CkptdSaver: options {db} or {client} are required");
     }
     this.retention = checkRetention(options.retention);
+    this.values = options.deltas === false ? null : new DeltaMemory();
     if (options.client !== undefined) {
       if (!(options.client instanceof Client)) throw new TypeError("CkptdSaver: options.client must be a ckptd Client");
       this.clientPromise = Promise.resolve(options.client);
@@ -374,6 +382,7 @@ export class CkptdSaver extends BaseCheckpointSaver {
         if (total <= budget) break;
         const [seg, bytes] = segments[i]!;
         if (bytes.byteLength === 0) break;
+        if (seg["delta"] !== undefined) continue; // a delta's middle travels as a segment
         const { result } = await c.call("lg/putValue", { threadId, type: seg["type"], offset: 0, length: bytes.byteLength }, { attachment: bytes });
         delete seg["type"];
         seg["valueId"] = (result as { valueId: number }).valueId;
@@ -582,8 +591,65 @@ export class CkptdSaver extends BaseCheckpointSaver {
     };
     if (parentId !== undefined && parentId !== null && parentId !== "") params["parentId"] = String(parentId);
     if (this.retention !== undefined) params["retention"] = this.retention;
-    await this.send("lg/put", params, segments, threadId);
+    const delta = await this.deltaPut(params, segments, threadId, namespace);
+    if (delta === null) {
+      await this.send("lg/put", params, segments, threadId);
+    } else {
+      try {
+        await this.send("lg/put", delta.params, delta.segments, threadId);
+      } catch (err) {
+        if (!valueDeltaRefused(err)) throw err;
+        await this.send("lg/put", params, segments, threadId); // the base is gone: send every value whole
+      }
+    }
+    if (this.values !== null) {
+      for (const [seg, bytes] of segments.slice(1)) {
+        if (bytes.byteLength > 0) this.values.remember(JSON.stringify([threadId, seg["channel"]]), namespace, JSON.stringify(seg["version"]), bytes);
+      }
+    }
     return makeConfig(threadId, namespace, checkpoint.id);
+  }
+
+  /**
+   * The put with each value that pays sent as a wire delta against the channel's last value put
+   * (docs/protocol.md, lg/put "Value deltas"); null when none pays or the daemon takes none.
+   */
+  private async deltaPut(
+    params: Record<string, unknown>,
+    segments: [Record<string, unknown>, Uint8Array][],
+    threadId: string,
+    namespace: string,
+  ): Promise<{ params: Record<string, unknown>; segments: [Record<string, unknown>, Uint8Array][] } | null> {
+    if (this.values === null) return null;
+    const c = await this.client();
+    if (!c.serverInfo?.capabilities?.langgraph?.valueDeltas) return null;
+    const out: [Record<string, unknown>, Uint8Array][] = [[{ ...segments[0]![0] }, segments[0]![1]]];
+    let any = false;
+    for (const [seg0, bytes] of segments.slice(1)) {
+      const seg = { ...seg0 };
+      const last = this.values.last(JSON.stringify([threadId, seg["channel"]]), namespace);
+      const d = last === undefined ? null : valueDelta(last.state, bytes);
+      if (last !== undefined && d !== null) {
+        const delta: Record<string, unknown> = {
+          baseVersion: JSON.parse(last.checkpointId) as string | number,
+          keepPrefix: d.keepPrefix,
+          keepSuffix: d.keepSuffix,
+          sha256: createHash("sha256").update(bytes).digest("hex"),
+        };
+        if (d.copies.length > 0) delta["copies"] = d.copies;
+        seg["delta"] = delta;
+        out.push([seg, d.segment]);
+        any = true;
+      } else {
+        out.push([seg, bytes]);
+      }
+    }
+    if (!any) return null;
+    // the blobs list refers to the segments' param objects: rebuild it from the copies (empty values kept)
+    const bySeg = new Map<Record<string, unknown>, Record<string, unknown>>();
+    segments.slice(1).forEach(([seg], i) => bySeg.set(seg, out[i + 1]![0]));
+    const blobs = (params["blobs"] as Record<string, unknown>[]).map((b) => bySeg.get(b) ?? b);
+    return { params: { ...params, checkpoint: out[0]![0], blobs }, segments: out };
   }
 
   async putWrites(config: RunnableConfig, writes: PendingWrite[], taskId: string, taskPath?: string): Promise<void> {

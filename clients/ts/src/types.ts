@@ -44,6 +44,8 @@ export interface Capabilities {
     retention: boolean;
     metadataMatch: string[];
     maxThreadIdBytes: number;
+    /** `lg/put` takes `blobs[i].delta` (absent on a ckptd older than value deltas). */
+    valueDeltas?: boolean;
   };
   [key: string]: unknown;
 }

@@ -37,6 +37,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import enum
+import hashlib
 import json
 import math
 import numbers
@@ -66,7 +67,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "(or pip install langgraph-checkpoint)"
     ) from e
 
+from . import _common as C
 from .client import Client
+from .errors import CkptdError
 
 __all__ = ["CkptdSaver", "EMPTY_TYPE"]
 
@@ -208,6 +211,48 @@ def _retention_params(retention: Optional[Mapping[str, Any]]) -> Optional[Dict[s
     return out
 
 
+#: How far past the common prefix a value delta looks for a small replacement (a msgpack
+#: list's count) followed by a long common run.
+_DELTA_SKIP = 16
+
+
+def _value_delta(base: bytes, new: bytes) -> Optional[Tuple[int, int, bytes, List[List[int]]]]:
+    """(keepPrefix, keepSuffix, segment, copies) of ``new`` as a delta against ``base`` when it
+    pays (docs/protocol.md, lg/put "Value deltas"), else None. One middle first; failing that, a
+    replacement of at most 16 bytes after the common prefix (the count in the header of a msgpack
+    list that grew), the long common run after it copied from the base, then the middle and the
+    common suffix of the rest."""
+    if len(new) <= C.DELTA_MIN_BYTES:
+        return None
+    kp, ks, middle = C.compute_delta(base, new)
+    if C.delta_pays(len(new), len(middle)):
+        return kp, ks, middle, []
+    vb, vn = memoryview(base), memoryview(new)
+    for j in range(1, _DELTA_SKIP + 1):
+        at = kp + j
+        if at >= len(base) or at >= len(new):
+            break
+        run = C.common_prefix(vb[at:], vn[at:])  # type: ignore[arg-type]
+        if run * 100 < len(new) * C.DELTA_MAX_MIDDLE_PERCENT:
+            continue
+        end = at + run
+        ks = C.common_suffix(vb[end:], vn[end:])  # type: ignore[arg-type]
+        segment = new[kp:at] + new[end : len(new) - ks]
+        if C.delta_pays(len(new), len(segment)):
+            return kp, ks, segment, [[j, at, run]]
+        break
+    return None
+
+
+def _delta_refused(e: CkptdError) -> bool:
+    """Whether an lg/put failed because of one of its value deltas (its base missing, damaged or
+    not what the delta was computed from): the put is then sent again with every value whole."""
+    if e.code == -32002:
+        return True
+    field = e.data.get("field") if isinstance(e.data, dict) else None
+    return e.code in (-32001, -32602) and isinstance(field, str) and ".delta" in field
+
+
 def _thread_id(config: RunnableConfig) -> str:
     try:
         return str(config["configurable"]["thread_id"])
@@ -225,6 +270,10 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         then leaves it open on :meth:`close`.
     :param serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
     :param args: extra daemon arguments (e.g. ``["--durability", "normal"]``) when the saver starts it.
+    :param deltas: send a channel value as a wire delta against the channel's previous version
+        (docs/protocol.md, lg/put "Value deltas") when the daemon takes them and that pays: the
+        saver remembers the last value it put of each channel (at most 256 channels and 64 MiB,
+        least recently put first out); a refused delta is sent again whole.
     :param retention: opt-in retention of the threads this saver writes (LangGraph keeps every
         checkpoint by default): ``{"keep_last": 20, "keep_first": False, "max_age_seconds": 0,
         "idle_ttl_seconds": 2592000}``, keys optional, 0 = off. After each put the daemon keeps
@@ -251,10 +300,13 @@ class CkptdSaver(BaseCheckpointSaver[str]):
         serde: Optional[SerializerProtocol] = None,
         args: Sequence[str] = (),
         retention: Optional[Mapping[str, Any]] = None,
+        deltas: bool = True,
         **client_kwargs: Any,
     ) -> None:
         super().__init__(serde=serde)
         self._retention = _retention_params(retention)
+        # the last value put of each (thread, namespace, channel): the base of its next delta
+        self._values: Optional[C.DeltaMemory] = C.DeltaMemory() if deltas else None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._executor_pid = 0
         if client is not None:
@@ -331,6 +383,8 @@ class CkptdSaver(BaseCheckpointSaver[str]):
                 seg, data = segments[i]
                 if not data:
                     break
+                if "delta" in seg:
+                    continue  # a delta's middle travels as a segment
                 res, _ = self.client.request(
                     "lg/putValue", {"threadId": thread, "type": seg["type"], "offset": 0, "length": len(data)}, data
                 )
@@ -512,13 +566,64 @@ class CkptdSaver(BaseCheckpointSaver[str]):
                 return
             params["cursor"] = cursor
 
+    def _delta_put(
+        self, params: Dict[str, Any], segments: List[Tuple[Dict[str, Any], bytes]]
+    ) -> Optional[Tuple[Dict[str, Any], List[Tuple[Dict[str, Any], bytes]]]]:
+        """The put with each value that pays sent as a delta against the channel's last value
+        put (docs/protocol.md, lg/put "Value deltas"); None when none pays."""
+        if self._values is None or not self._lg_capability("valueDeltas"):
+            return None
+        thread, ns = params["threadId"], params["namespace"]
+        out: List[Tuple[Dict[str, Any], bytes]] = [(dict(segments[0][0]), segments[0][1])]
+        blobs = []
+        any_delta = False
+        for seg, data in segments[1:]:
+            seg = dict(seg)
+            last = self._values.get(json.dumps([thread, seg["channel"]]), ns) if len(data) > C.DELTA_MIN_BYTES else None
+            d = _value_delta(last[1], data) if last is not None else None
+            if last is not None and d is not None:
+                kp, ks, middle, copies = d
+                seg["delta"] = {"baseVersion": json.loads(last[0]), "keepPrefix": kp, "keepSuffix": ks,
+                                "sha256": hashlib.sha256(data).hexdigest()}
+                if copies:
+                    seg["delta"]["copies"] = copies
+                data = middle
+                any_delta = True
+            out.append((seg, data))
+            blobs.append(seg)
+        if not any_delta:
+            return None
+        p = dict(params)
+        p["checkpoint"], p["blobs"] = out[0][0], blobs
+        return p, out
+
+    def _remember_values(self, params: Dict[str, Any], segments: List[Tuple[Dict[str, Any], bytes]]) -> None:
+        if self._values is None:
+            return
+        thread, ns = params["threadId"], params["namespace"]
+        for seg, data in segments[1:]:
+            if data:
+                self._values.remember(json.dumps([thread, seg["channel"]]), ns, json.dumps(seg["version"]), data)
+
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         """Stores ``checkpoint`` with the values of the channels in ``new_versions``; returns once it
-        is committed at the daemon's durability."""
+        is committed at the daemon's durability. A value that grew from the channel's previous
+        version goes as a wire delta (see ``deltas``)."""
         params, segments, next_config = self._put_request(config, checkpoint, metadata, new_versions)
-        self._send("lg/put", params, segments, params["threadId"])
+        whole = [(dict(seg), data) for seg, data in segments]  # _send fills in the segments it sends
+        delta = self._delta_put(params, segments)
+        if delta is None:
+            self._send("lg/put", params, segments, params["threadId"])
+        else:
+            try:
+                self._send("lg/put", delta[0], delta[1], params["threadId"])
+            except CkptdError as e:
+                if not _delta_refused(e):
+                    raise
+                self._send("lg/put", params, segments, params["threadId"])  # the base is gone: send it whole
+        self._remember_values(params, whole)
         return next_config
 
     def put_writes(
