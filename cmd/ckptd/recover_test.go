@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -278,6 +279,16 @@ func TestRecover(t *testing.T) {
 		assert.Equal(t, exitProblem, res.code)
 		assert.Contains(t, res.stdout, "could not save")
 		assert.Contains(t, res.stdout, pageID)
+		// the README's example is this report (its paths and the lost checkpoint's id as printed there)
+		for _, ex := range readmeExamples(t, "Inspecting checkpoints") {
+			if !strings.HasPrefix(ex.cmd, "ckptd recover ") {
+				continue
+			}
+			lost := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`).FindString(strings.Join(ex.out, "\n"))
+			printed := strings.NewReplacer(broken, "/home/me/broken.db", filepath.Join(dir, "again.db"), "/home/me/new.db",
+				pageID, lost).Replace(res.stdout)
+			requireShownLines(t, ex.cmd, ex.out, printed)
+		}
 	})
 
 	t.Run("usage", func(t *testing.T) {
