@@ -255,3 +255,40 @@ func ChunkedReason(err error) (reason string, ok bool) {
 	}
 	return "", false
 }
+
+// PreparedWrite is a pending write made ready to store: its value cut into chunks (Chunked)
+// when it is larger than chunk.InlineMax.
+type PreparedWrite struct {
+	Write
+	Chunked *ChunkedValue
+}
+
+// PrepareWrites cuts the large values of ws (outside the writer); their chunks are compressed
+// when the value is larger than compressThreshold (Options.CompressThreshold; < 0: never).
+func PrepareWrites(ws []Write, codec *Codec, compressThreshold int) []PreparedWrite {
+	out := make([]PreparedWrite, len(ws))
+	for i, w := range ws {
+		out[i].Write = w
+		if w.Value != nil && !chunk.Inline(len(w.Value)) {
+			out[i].Chunked = NewChunkedValue(w.Value, nil, codec, compressThreshold >= 0 && len(w.Value) > compressThreshold)
+		}
+	}
+	return out
+}
+
+// OpenValue verifies and decodes one stored value: Unpack, or for a chunked one (EncChunked) the
+// bytes openChunked reassembles, its damage reported as a *CorruptError naming checkpointID and
+// what.
+func OpenValue(checkpointID, what string, data []byte, enc int, size int64, sha []byte, openChunked func() ([]byte, error)) ([]byte, error) {
+	if enc != EncChunked {
+		return Unpack(checkpointID, what, data, enc, size, sha)
+	}
+	raw, err := openChunked()
+	if err != nil {
+		if reason, ok := ChunkedReason(err); ok {
+			return nil, &CorruptError{CheckpointID: checkpointID, Reason: what + ": " + reason}
+		}
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	return raw, nil
+}

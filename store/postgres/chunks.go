@@ -340,30 +340,16 @@ func collectIndexes(rows pgx.Rows, err error) func(dst *[][]byte) error {
 	}
 }
 
-// preparedWrite is a pending write made ready to store: its value cut into chunks when it is
-// larger than chunk.InlineMax.
-type preparedWrite struct {
-	store.Write
-	cv *store.ChunkedValue
-}
-
 // prepareWrites cuts the large values of ws (outside the writer).
-func (s *Store) prepareWrites(ws []store.Write) []preparedWrite {
-	out := make([]preparedWrite, len(ws))
-	for i, w := range ws {
-		out[i].Write = w
-		if w.Value != nil && !chunk.Inline(len(w.Value)) {
-			out[i].cv = store.NewChunkedValue(w.Value, nil, s.codec, s.opts.CompressThreshold >= 0 && len(w.Value) > s.opts.CompressThreshold)
-		}
-	}
-	return out
+func (s *Store) prepareWrites(ws []store.Write) []store.PreparedWrite {
+	return store.PrepareWrites(ws, s.codec, s.opts.CompressThreshold)
 }
 
 // putWrite stores one pending write of checkpointID inside the writer's transaction (which
 // holds the workflow's lock): with replace, in place of the same (task, idx) if stored (whose
 // chunked value is released); otherwise only if it is not stored yet. It reports whether a row
 // was written.
-func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, namespace string, pw preparedWrite, replace bool) (bool, error) {
+func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, namespace string, pw store.PreparedWrite, replace bool) (bool, error) {
 	wr := &pw.Write
 	if replace {
 		var old [][]byte
@@ -377,8 +363,8 @@ func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, 
 	}
 	var value, size, sha any = nullBytes(wr.Value), nil, nil
 	enc := store.EncRaw
-	if pw.cv != nil {
-		enc, value, size, sha = store.EncChunked, pw.cv.IndexData(), pw.cv.Size(), pw.cv.SHA256()
+	if pw.Chunked != nil {
+		enc, value, size, sha = store.EncChunked, pw.Chunked.IndexData(), pw.Chunked.Size(), pw.Chunked.SHA256()
 	}
 	ct, err := w.exec(ctx, `INSERT INTO writes (checkpoint_id, task_id, idx, workflow_id, namespace, channel, type, task_path,
 		is_bytes, encoding, size, sha256, value) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
@@ -390,8 +376,8 @@ func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, 
 	if ct.RowsAffected() == 0 {
 		return false, nil
 	}
-	if pw.cv != nil {
-		if _, err := refChunked(ctx, w, pw.cv); err != nil {
+	if pw.Chunked != nil {
+		if _, err := refChunked(ctx, w, pw.Chunked); err != nil {
 			return false, err
 		}
 	}

@@ -24,17 +24,9 @@ func (s *Store) lgPacker() store.LGPacker {
 // value its index names, reassembled through query). Damage is a *store.CorruptError naming
 // checkpointID and what.
 func (s *Store) lgOpen(ctx context.Context, query pgQuery, checkpointID, what string, data []byte, enc int, size int64, sha []byte) ([]byte, error) {
-	if enc != store.EncChunked {
-		return store.Unpack(checkpointID, what, data, enc, size, sha)
-	}
-	raw, err := s.openChunked(ctx, query, data, size, sha)
-	if err != nil {
-		if reason, ok := store.ChunkedReason(err); ok {
-			return nil, &store.CorruptError{CheckpointID: checkpointID, Reason: what + ": " + reason}
-		}
-		return nil, fmt.Errorf("read %s: %w", what, err)
-	}
-	return raw, nil
+	return store.OpenValue(checkpointID, what, data, enc, size, sha, func() ([]byte, error) {
+		return s.openChunked(ctx, query, data, size, sha)
+	})
 }
 
 // lgValueBases reads every stored variant of (channel, version) of (thread, ns), verified: the

@@ -294,29 +294,15 @@ func (w *wtx) deleteWrites(ctx context.Context, del *sql.Stmt, args ...any) erro
 	return w.releaseRows(del.QueryContext(ctx, args...))
 }
 
-// preparedWrite is a pending write made ready to store: its value cut into chunks when it is
-// larger than chunk.InlineMax.
-type preparedWrite struct {
-	store.Write
-	cv *store.ChunkedValue
-}
-
 // prepareWrites cuts the large values of ws (outside the writer).
-func (s *Store) prepareWrites(ws []store.Write) []preparedWrite {
-	out := make([]preparedWrite, len(ws))
-	for i, w := range ws {
-		out[i].Write = w
-		if w.Value != nil && !chunk.Inline(len(w.Value)) {
-			out[i].cv = store.NewChunkedValue(w.Value, nil, s.codec, s.opts.CompressThreshold >= 0 && len(w.Value) > s.opts.CompressThreshold)
-		}
-	}
-	return out
+func (s *Store) prepareWrites(ws []store.Write) []store.PreparedWrite {
+	return store.PrepareWrites(ws, s.codec, s.opts.CompressThreshold)
 }
 
 // putWrite stores one pending write of checkpointID inside the writer's transaction: with
 // replace, in place of the same (task, idx) if stored (whose chunked value is released);
 // otherwise only if it is not stored yet. It reports whether a row was written.
-func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, namespace string, pw preparedWrite, replace bool) (bool, error) {
+func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, namespace string, pw store.PreparedWrite, replace bool) (bool, error) {
 	wr := &pw.Write
 	if replace {
 		if err := w.releaseRows(w.query(ctx, `DELETE FROM writes WHERE checkpoint_id = ? AND task_id = ? AND idx = ?
@@ -329,8 +315,8 @@ func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, 
 	if wr.Value != nil {
 		value = wr.Value
 	}
-	if pw.cv != nil {
-		enc, value, size, sha = store.EncChunked, pw.cv.IndexData(), pw.cv.Size(), pw.cv.SHA256()
+	if pw.Chunked != nil {
+		enc, value, size, sha = store.EncChunked, pw.Chunked.IndexData(), pw.Chunked.Size(), pw.Chunked.SHA256()
 	}
 	res, err := w.exec(ctx, `INSERT OR IGNORE INTO writes(checkpoint_id, task_id, idx, workflow_id, namespace, channel, type,
 		task_path, is_bytes, encoding, size, sha256, value) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, checkpointID, wr.TaskID, wr.Idx,
@@ -341,8 +327,8 @@ func (s *Store) putWrite(ctx context.Context, w *wtx, checkpointID, workflowID, 
 	if n, _ := res.RowsAffected(); n == 0 {
 		return false, nil
 	}
-	if pw.cv != nil {
-		if _, err := s.refChunked(ctx, w, pw.cv); err != nil {
+	if pw.Chunked != nil {
+		if _, err := s.refChunked(ctx, w, pw.Chunked); err != nil {
 			return false, err
 		}
 	}
