@@ -21,7 +21,8 @@ import (
 // checkpoint/prune, and deletes whole workflows. After every kill `ckptd verify` reassembles
 // every value and recounts every reference: no dangling reference (a listed chunk that is gone)
 // and no orphan (a stored chunk nothing lists) may be left, since every free happens in the
-// transaction that removes the value. Once everything is deleted no chunk or run is left.
+// transaction that removes the value (a pack's bytes too, with the last chunk stored in it). Once
+// everything is deleted no chunk, run or pack is left.
 // CKPTD_CRASH_KILLS sets the number of kills (default 10), CKPTD_CRASH_SEED the seed.
 func TestCrashKillLoopChunks(t *testing.T) {
 	kills := envInt("CKPTD_CRASH_KILLS", 10)
@@ -35,17 +36,18 @@ func TestCrashKillLoopChunks(t *testing.T) {
 	for i := range workloads {
 		workloads[i] = testgen.NewWorkload(uint64(i), 96<<10) // states of ~100 KB sharing nothing across workflows
 	}
-	sent, maxChunks, maxCkpts := 0, 0, 0
+	sent, maxChunks, maxCkpts, maxPacks := 0, 0, 0, 0
 	// the compactor cuts new content into chunks once the writer is idle: on a loaded machine a
 	// round may be killed before it did, so rounds go on (up to 3x) until some chunks were stored
 	for round := 0; round < kills || (maxChunks == 0 && round < 3*kills); round++ {
 		sent += chunkSavesUntilKilled(t, db, rng, workloads)
 		res := cliRun(t, nil, "verify", "--quiet", "--db", db)
 		require.Equal(t, 0, res.code, "round %d: ckptd verify after a kill:\n%s%s", round, res.stdout, res.stderr)
-		chunks, ckpts := chunkCounts(t, db)
-		maxChunks, maxCkpts = max(maxChunks, chunks), max(maxCkpts, ckpts)
+		chunks, ckpts, packs := chunkCounts(t, db)
+		maxChunks, maxCkpts, maxPacks = max(maxChunks, chunks), max(maxCkpts, ckpts), max(maxPacks, packs)
 	}
 	require.Positive(t, maxChunks, "no chunked state was ever committed: the loop tested nothing")
+	require.Positive(t, maxPacks, "no pack was ever committed")
 	// delete everything: nothing may be left behind
 	d := startDaemon(t, db, "--keep-last", "0")
 	for i := range workloads {
@@ -58,24 +60,26 @@ func TestCrashKillLoopChunks(t *testing.T) {
 	conn, err := sql.Open("sqlite", "file:"+db+"?mode=ro")
 	require.NoError(t, err)
 	defer conn.Close()
-	var chunks, runs, states int
+	var chunks, runs, states, packs int
 	require.NoError(t, conn.QueryRow(`SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM run_addrs),
-		(SELECT count(*) FROM states)`).Scan(&chunks, &runs, &states))
+		(SELECT count(*) FROM states), (SELECT count(*) FROM packs)`).Scan(&chunks, &runs, &states, &packs))
 	require.Zero(t, states)
 	require.Zero(t, runs, "runs left once nothing lists them")
 	require.Zero(t, chunks, "chunks left once nothing lists them")
-	t.Logf("seed %d: %d kills, %d requests sent, up to %d checkpoints and %d chunks stored, verify clean after each",
-		seed, kills, sent, maxCkpts, maxChunks)
+	require.Zero(t, packs, "packs left once nothing lists their chunks")
+	t.Logf("seed %d: %d kills, %d requests sent, up to %d checkpoints, %d chunks and %d packs stored, verify clean after each",
+		seed, kills, sent, maxCkpts, maxChunks, maxPacks)
 }
 
-// chunkCounts returns the chunks and checkpoints stored in db.
-func chunkCounts(t *testing.T, db string) (chunks, checkpoints int) {
+// chunkCounts returns the chunks, checkpoints and packs stored in db.
+func chunkCounts(t *testing.T, db string) (chunks, checkpoints, packs int) {
 	t.Helper()
 	conn, err := sql.Open("sqlite", "file:"+db+"?mode=ro")
 	require.NoError(t, err)
 	defer conn.Close()
-	require.NoError(t, conn.QueryRow(`SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM checkpoints)`).Scan(&chunks, &checkpoints))
-	return chunks, checkpoints
+	require.NoError(t, conn.QueryRow(`SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM checkpoints),
+		(SELECT count(*) FROM packs)`).Scan(&chunks, &checkpoints, &packs))
+	return chunks, checkpoints, packs
 }
 
 // chunkSavesUntilKilled streams saves (each workflow's state one step further), prunes and
