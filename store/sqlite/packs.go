@@ -43,12 +43,12 @@ const (
 	qPacksByID      = `SELECT p.id, p.data FROM json_each(?1) j CROSS JOIN packs p ON p.id = j.value`
 	qPackLive       = `SELECT count(*), coalesce(sum(pack_len), 0), (SELECT length(data) FROM packs WHERE id = ?1)
 		FROM chunks WHERE pack = ?1`
-	qPackDel        = `DELETE FROM packs WHERE id = ?`
-	qPackData       = `SELECT data FROM packs WHERE id = ?`
-	qPackChunks     = `SELECT id, pack_off, pack_len FROM chunks WHERE pack = ? ORDER BY pack_off`
-	qPackSet        = `UPDATE packs SET data = ? WHERE id = ?`
-	qPackChunkOff   = `UPDATE chunks SET pack_off = ? WHERE id = ?`
-	qPackUnpack     = `UPDATE chunks SET data = ?, pack = NULL, pack_off = NULL, pack_len = NULL WHERE id = ?`
+	qPackDel      = `DELETE FROM packs WHERE id = ?`
+	qPackData     = `SELECT data FROM packs WHERE id = ?`
+	qPackChunks   = `SELECT id, pack_off, pack_len FROM chunks WHERE pack = ? ORDER BY pack_off`
+	qPackSet      = `UPDATE packs SET data = ? WHERE id = ?`
+	qPackChunkOff = `UPDATE chunks SET pack_off = ? WHERE id = ?`
+	qPackUnpack   = `UPDATE chunks SET data = ?, pack = NULL, pack_off = NULL, pack_len = NULL WHERE id = ?`
 )
 
 // packsFlag says whether the database has packs (schema step 15): always after a migration to
