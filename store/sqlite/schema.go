@@ -552,6 +552,13 @@ END;
 	`
 UPDATE lg_blobs SET encoding = encoding WHERE 0;
 `,
+	// 15: the workflows with a retention of their own, for the idle sweep that runs when ckptd
+	// opens a database (idleCandidates): without it, that sweep read every workflow row through
+	// the primary key's index, ~150 ms before a database of 100,000 workflows answered
+	// initialize. Saves do not touch it (neither workflow_id nor retention changes).
+	`
+CREATE INDEX workflows_retained ON workflows(workflow_id) WHERE retention IS NOT NULL;
+`,
 }
 
 // lgFootprintTriggers keeps counters.lg_logical and lg_stored for one LangGraph table (step 13).
