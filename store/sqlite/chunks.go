@@ -285,8 +285,8 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 type queryFunc func(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 
 // openChunked rebuilds and verifies a chunked value (its row's data, size and SHA-256) through
-// query: its runs in one statement, its chunks in another, then the packs they lie in. Damage is an error matching
-// chunk.ErrCorrupt (store.ChunkedReason).
+// query: its runs in one statement, its chunks in another, then the packs they lie in (each
+// once). Damage is an error matching chunk.ErrCorrupt (store.ChunkedReason).
 func (s *Store) openChunked(ctx context.Context, query queryFunc, indexData []byte, size int64, sha []byte) ([]byte, error) {
 	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
 		out := make(map[chunk.Address][]byte, len(addrs))

@@ -259,10 +259,9 @@ func (s *Store) repack(ctx context.Context, w *wtx, id int64) error {
 // chunkPlace is a stored chunk as the by-address query reads it: its row, and where its bytes
 // are when they are in a pack.
 type chunkPlace struct {
-	row           store.ChunkRow
-	pack          sql.NullInt64
-	off, n        int64
-	inPack, known bool
+	row    store.ChunkRow
+	pack   sql.NullInt64
+	off, n int64
 }
 
 // fetchChunks returns the stored rows of as many of addrs as are stored (store.BatchFetch),
@@ -394,27 +393,4 @@ func (s *Store) auditPacks(ctx context.Context, tx *rtx, audit *store.RefAudit) 
 		audit.Problem(fmt.Sprintf("%d packs hold no stored chunk (orphans)", orphans))
 	}
 	return nil
-}
-
-// PackStats is what the packs hold: their number and bytes, and the bytes of the chunks stored
-// in them (the rest is the bytes of chunks no value lists any more, kept until the pack is
-// settled: at most as many as Live).
-type PackStats struct {
-	Packs, Bytes, Live int64
-}
-
-// PackStats reads the packs' figures (zero on a database without packs).
-func (s *Store) PackStats(ctx context.Context) (PackStats, error) {
-	var ps PackStats
-	if !s.hasPacks(ctx) {
-		return ps, nil
-	}
-	err := s.readTx(ctx, func(tx *rtx) error {
-		return tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM packs), (SELECT coalesce(sum(length(data)), 0) FROM packs),
-			(SELECT coalesce(sum(pack_len), 0) FROM chunks WHERE pack IS NOT NULL)`).Scan(&ps.Packs, &ps.Bytes, &ps.Live)
-	})
-	if err != nil {
-		return PackStats{}, wrapDB("read the packs' figures", err)
-	}
-	return ps, nil
 }
