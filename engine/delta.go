@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ckptd/ckptd/jsonvalid"
 	"github.com/ckptd/ckptd/store"
 	"github.com/ckptd/ckptd/store/chunk/delta"
 )
@@ -18,25 +19,56 @@ type StateDelta struct {
 	SHA256           string
 }
 
+// RebuiltState is a state rebuilt from a wire delta (ApplyStateDelta).
+type RebuiltState struct {
+	State []byte
+	// Marks go with the save (store.SaveRequest.Marks): the rebuilt state's SHA-256 marks, and
+	// its JSON marks once ValidJSON passed.
+	Marks *store.ValueMarks
+
+	base     []byte
+	baseJSON *jsonvalid.Marks
+	kp, ks   int
+}
+
+// ValidJSON reports whether the rebuilt state is UTF-8 JSON (jsonvalid.Valid), parsing only
+// around the change when the base's JSON marks are known, and records the state's own marks.
+func (r *RebuiltState) ValidJSON() bool {
+	ok, m := jsonvalid.ValidEdit(r.base, r.baseJSON, r.State, r.kp, r.ks)
+	if ok {
+		r.Marks.JSON = m
+	}
+	return ok
+}
+
 // ApplyStateDelta rebuilds the state d describes, with middle (the attachment) between the kept
 // bytes of its base, checking in this order (docs/storage.md, "Wire deltas"): that the base
 // checkpoint exists (store.ErrNotFound: missing or pruned; a *store.CorruptError if its state
 // fails verification), keepPrefix and keepSuffix against the base and sha256's form
 // (*delta.Error), the rebuilt size against maxBytes (*store.TooLargeError), and the rebuilt
 // state's SHA-256 (*delta.Error naming stateDelta.sha256). The base usually comes from the
-// store's cache of each workflow's last state (store.StateCache), not from a read.
-func (e *Engine) ApplyStateDelta(ctx context.Context, d StateDelta, middle []byte, maxBytes int64) ([]byte, error) {
+// store's cache of each workflow's last state (store.StateCache), not from a read, with the
+// marks of its last check: the SHA-256 is then computed from the last mark before the change on.
+func (e *Engine) ApplyStateDelta(ctx context.Context, d StateDelta, middle []byte, maxBytes int64) (*RebuiltState, error) {
 	base, err := e.store.StateBase(ctx, d.BaseCheckpointID)
 	if err != nil {
 		return nil, err
 	}
 	const maxInt = int64(^uint(0) >> 1)
 	kp, ks := int(min(max(d.KeepPrefix, -1), maxInt)), int(min(max(d.KeepSuffix, -1), maxInt))
-	if err := delta.Check(len(base), kp, ks, d.SHA256); err != nil {
+	if err := delta.Check(len(base.Value), kp, ks, d.SHA256); err != nil {
 		return nil, err
 	}
 	if n := int64(kp) + int64(len(middle)) + int64(ks); n > maxBytes {
 		return nil, fmt.Errorf("state rebuilt from stateDelta: %w", &store.TooLargeError{Limit: maxBytes, Size: n})
 	}
-	return delta.Apply(base, kp, ks, middle, d.SHA256)
+	r := &RebuiltState{base: base.Value, kp: kp, ks: ks, Marks: &store.ValueMarks{}}
+	var hm *delta.HashMarks
+	if base.Marks != nil {
+		hm, r.baseJSON = base.Marks.Hash, base.Marks.JSON
+	}
+	if r.State, r.Marks.Hash, err = delta.ApplyMarked(base.Value, hm, kp, ks, middle, d.SHA256); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

@@ -39,7 +39,38 @@ func TestApplyStateDelta(t *testing.T) {
 	d := StateDelta{BaseCheckpointID: res.CheckpointID, KeepPrefix: int64(kp), KeepSuffix: int64(ks), SHA256: hexSHA(next)}
 	got, err := e.ApplyStateDelta(ctx, d, middle, 1<<20)
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(next, got))
+	require.True(t, bytes.Equal(next, got.State))
+
+	// saved with its marks, the rebuilt state is the base of the next delta, marks included:
+	// a chain of deltas rebuilds and validates each state from the previous one's marks
+	require.True(t, got.ValidJSON())
+	require.NotNil(t, got.Marks.Hash)
+	require.NotNil(t, got.Marks.JSON)
+	prevID, prev, marks := "", next, got.Marks
+	res2, err := st.Save(ctx, store.SaveRequest{WorkflowID: "wf", State: next, Marks: marks})
+	require.NoError(t, err)
+	prevID = res2.CheckpointID
+	for i := 0; i < 5; i++ {
+		w.Advance()
+		st3 := w.State()
+		b, err := st.StateBase(ctx, prevID)
+		require.NoError(t, err)
+		require.Same(t, marks, b.Marks, "the cache keeps the marks of the state it holds")
+		kp, ks, mid := delta.Compute(prev, st3)
+		r, err := e.ApplyStateDelta(ctx, StateDelta{BaseCheckpointID: prevID, KeepPrefix: int64(kp), KeepSuffix: int64(ks), SHA256: hexSHA(st3)}, mid, 1<<20)
+		require.NoError(t, err)
+		require.Equal(t, st3, r.State)
+		require.True(t, r.ValidJSON())
+		res, err := st.Save(ctx, store.SaveRequest{WorkflowID: "wf", State: r.State, Marks: r.Marks})
+		require.NoError(t, err)
+		prevID, prev, marks = res.CheckpointID, st3, r.Marks
+	}
+	// a state that is not JSON any more is refused by ValidJSON whatever the marks
+	kp, ks, mid := delta.Compute(prev, append(append([]byte{}, prev...), '}'))
+	bad := append(append([]byte{}, prev...), '}')
+	r, err := e.ApplyStateDelta(ctx, StateDelta{BaseCheckpointID: prevID, KeepPrefix: int64(kp), KeepSuffix: int64(ks), SHA256: hexSHA(bad)}, mid, 1<<20)
+	require.NoError(t, err)
+	require.False(t, r.ValidJSON())
 
 	// the base read from the database when the cache does not hold it (a restart)
 	st2, err := sqlite.Open(ctx, store.Options{Path: path, StateCacheBytes: -1})
@@ -47,7 +78,7 @@ func TestApplyStateDelta(t *testing.T) {
 	t.Cleanup(func() { _ = st2.Close() })
 	got, err = New(st2, nil).ApplyStateDelta(ctx, d, middle, 1<<20)
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(next, got))
+	require.True(t, bytes.Equal(next, got.State))
 
 	field := func(err error) string {
 		var de *delta.Error

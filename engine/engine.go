@@ -39,7 +39,7 @@ type Checkpoints interface {
 	// Enqueue queues a save in arrival order; Wait on the result for its outcome.
 	Enqueue(req store.SaveRequest) *store.Pending
 	// StateBase returns a checkpoint's state as the base of a wire delta (engine/delta.go).
-	StateBase(ctx context.Context, checkpointID string) ([]byte, error)
+	StateBase(ctx context.Context, checkpointID string) (store.DeltaBase, error)
 }
 
 // Manifests is what the engine reads of source fingerprints: the manifests the store records

@@ -47,9 +47,9 @@ func (f *fakeCheckpoints) IsCompleted(context.Context, string) (bool, error) {
 
 func (f *fakeCheckpoints) Enqueue(store.SaveRequest) *store.Pending { panic("gather never saves") }
 
-func (f *fakeCheckpoints) StateBase(ctx context.Context, id string) ([]byte, error) {
+func (f *fakeCheckpoints) StateBase(ctx context.Context, id string) (store.DeltaBase, error) {
 	cp, err := f.Load(ctx, id)
-	return cp.State, err
+	return store.DeltaBase{Value: cp.State}, err
 }
 
 func ckpt(id, wf, phase string, step int64) store.Checkpoint {

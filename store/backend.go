@@ -33,7 +33,7 @@ type Checkpoints interface {
 	// stateDelta): from the backend's StateCache when it holds it, else loaded and verified.
 	// ErrNotFound if the checkpoint does not exist (missing or pruned), a *CorruptError if its
 	// state fails verification; the empty base for a checkpoint without state.
-	StateBase(ctx context.Context, checkpointID string) ([]byte, error)
+	StateBase(ctx context.Context, checkpointID string) (DeltaBase, error)
 	// Inspect reads a checkpoint like Load but reports a failed verification in Corrupt.
 	Inspect(ctx context.Context, checkpointID string) (Inspection, error)
 	// Delete removes one checkpoint with its pending writes; 0 if it does not exist.

@@ -4,7 +4,9 @@ import (
 	"container/list"
 	"sync"
 
+	"github.com/ckptd/ckptd/jsonvalid"
 	"github.com/ckptd/ckptd/store/chunk"
+	"github.com/ckptd/ckptd/store/chunk/delta"
 )
 
 // DefaultStateCacheBytes bounds a backend's StateCache unless Options says otherwise: like the
@@ -39,6 +41,23 @@ type StateEntry struct {
 	SHA256       [32]byte
 	Value        []byte
 	Recipe       *chunk.Recipe // nil when the value was not cut (stored whole, to be chunked later)
+	Marks        *ValueMarks   // nil: none
+}
+
+// ValueMarks are what the receiver of a wire delta learned about the value while checking it,
+// kept with the cached state so that a delta against it checks only around its change: the
+// SHA-256 states of its prefixes (delta.HashMarks) and its JSON parser states (jsonvalid.Marks).
+// Either may be nil. They never decide what is stored: a mark that does not fit makes a check
+// start from the beginning, and a wrong one could only fail a check that should pass.
+type ValueMarks struct {
+	Hash *delta.HashMarks
+	JSON *jsonvalid.Marks
+}
+
+// DeltaBase is the base of a wire delta: the value, with the marks kept with it (nil: none).
+type DeltaBase struct {
+	Value []byte
+	Marks *ValueMarks
 }
 
 // Base is e as the base of the next value's chunking.
@@ -148,12 +167,13 @@ func (c *StateCache) Forget(workflowID string) {
 // Base returns the state of checkpointID as the base of a wire delta: from the cache when it
 // holds that checkpoint's state (stateSHA, the SHA-256 its row records, nil for a checkpoint
 // without state: the empty base), else load's (a verified load of the checkpoint).
-func (c *StateCache) Base(checkpointID string, stateSHA []byte, load func() ([]byte, error)) ([]byte, error) {
+func (c *StateCache) Base(checkpointID string, stateSHA []byte, load func() ([]byte, error)) (DeltaBase, error) {
 	if stateSHA == nil {
-		return []byte{}, nil
+		return DeltaBase{Value: []byte{}}, nil
 	}
 	if e := c.ByID(checkpointID); e != nil && len(stateSHA) == len(e.SHA256) && [32]byte(stateSHA) == e.SHA256 {
-		return e.Value, nil
+		return DeltaBase{Value: e.Value, Marks: e.Marks}, nil
 	}
-	return load()
+	v, err := load()
+	return DeltaBase{Value: v}, err
 }

@@ -143,6 +143,10 @@ type SaveRequest struct {
 	// text) that runs concurrently with hashing and writing instead of before them. If it fails
 	// the save fails with its error (an *InvalidError for bad input) and nothing is stored.
 	Check func() error
+	// Marks, if set, are what a wire delta's check learned about State (engine.RebuiltState),
+	// kept with the cached state for the next delta against it; filled in by Check where it
+	// validates JSON. Not part of the idempotency digest.
+	Marks *ValueMarks
 	// FencingToken is the token of the writer's claim on the workflow (Claims), 0 for none:
 	// checked by CheckFence in the save's transaction. Not part of the idempotency digest.
 	FencingToken int64

@@ -462,14 +462,14 @@ func auditChunks(ctx context.Context, tx pgx.Tx, audit *store.RefAudit) ([]strin
 }
 
 // StateBase returns the state of checkpointID as the base of a wire delta (store.Checkpoints).
-func (s *Store) StateBase(ctx context.Context, checkpointID string) ([]byte, error) {
+func (s *Store) StateBase(ctx context.Context, checkpointID string) (store.DeltaBase, error) {
 	var hash []byte
 	err := s.readRow(ctx, `SELECT state_hash FROM checkpoints WHERE checkpoint_id = $1`, []any{checkpointID}, &hash)
 	if noRows(err) {
-		return nil, fmt.Errorf("base checkpoint %q: %w", checkpointID, store.ErrNotFound)
+		return store.DeltaBase{}, fmt.Errorf("base checkpoint %q: %w", checkpointID, store.ErrNotFound)
 	}
 	if err != nil {
-		return nil, wrapDB(fmt.Sprintf("read base checkpoint %q", checkpointID), err)
+		return store.DeltaBase{}, wrapDB(fmt.Sprintf("read base checkpoint %q", checkpointID), err)
 	}
 	return s.states.Base(checkpointID, hash, func() ([]byte, error) {
 		cp, err := s.Load(ctx, checkpointID)

@@ -250,7 +250,7 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob, sp string)
 	}
 	if cv := sj.Chunked; cv != nil { // the base of this workflow's next save
 		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: cv.Index.SHA256,
-			Value: r.State, Recipe: &cv.Recipe}
+			Value: r.State, Recipe: &cv.Recipe, Marks: r.Marks}
 		w.after(func() { s.states.Put(e) })
 	}
 	w.announce(event{Saved: &store.SavedEvent{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace,

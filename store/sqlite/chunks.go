@@ -445,16 +445,16 @@ func (s *Store) auditChunks(ctx context.Context, tx *rtx, audit *store.RefAudit)
 }
 
 // StateBase returns the state of checkpointID as the base of a wire delta (store.Checkpoints).
-func (s *Store) StateBase(ctx context.Context, checkpointID string) ([]byte, error) {
+func (s *Store) StateBase(ctx context.Context, checkpointID string) (store.DeltaBase, error) {
 	var hash []byte
 	err := s.readAuto(ctx, func(tx *rtx) error {
 		return tx.cachedRow(ctx, `SELECT state_hash FROM checkpoints WHERE checkpoint_id = ?`, checkpointID).Scan(&hash)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("base checkpoint %q: %w", checkpointID, store.ErrNotFound)
+		return store.DeltaBase{}, fmt.Errorf("base checkpoint %q: %w", checkpointID, store.ErrNotFound)
 	}
 	if err != nil {
-		return nil, wrapDB(fmt.Sprintf("read base checkpoint %q", checkpointID), err)
+		return store.DeltaBase{}, wrapDB(fmt.Sprintf("read base checkpoint %q", checkpointID), err)
 	}
 	return s.states.Base(checkpointID, hash, func() ([]byte, error) {
 		cp, err := s.Load(ctx, checkpointID)

@@ -313,7 +313,7 @@ func (s *Store) runSaveRows(ctx context.Context, w *wtx, sj *saveJob) error {
 	}
 	if sj.Chunked != nil || sj.ChunkLater { // the base of this workflow's next save
 		e := &store.StateEntry{CheckpointID: sj.ID, WorkflowID: r.WorkflowID, Namespace: r.Namespace, SHA256: [32]byte(sj.SHA),
-			Value: r.State}
+			Value: r.State, Marks: r.Marks}
 		if sj.Chunked != nil {
 			e.Recipe = &sj.Chunked.Recipe
 		}

@@ -12,6 +12,7 @@ package delta
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -149,17 +150,72 @@ func check(baseLen, keepPrefix, keepSuffix int, wantSHA256 string) ([sha256.Size
 // order (Check), and the hash only once the others are valid. The result has at most
 // len(base)+len(middle) bytes: a caller with a size limit checks that first.
 func Apply(base []byte, keepPrefix, keepSuffix int, middle []byte, wantSHA256 string) ([]byte, error) {
+	out, _, err := ApplyMarked(base, nil, keepPrefix, keepSuffix, middle, wantSHA256)
+	return out, err
+}
+
+// hashEvery is the distance between two HashMarks (a multiple of SHA-256's 64-byte block; a
+// variable for the tests only).
+var hashEvery = 64 << 10
+
+// HashMarks are the SHA-256 states of one value after its first hashEvery, 2*hashEvery, ...
+// bytes: a value that keeps a prefix of it hashes from the last state inside the prefix on,
+// instead of from the start. They describe that value only (its length is checked).
+type HashMarks struct {
+	n      int
+	states [][]byte // encoding.BinaryMarshaler states of crypto/sha256
+}
+
+// ApplyMarked is Apply that hashes the rebuilt value from baseMarks' last state inside
+// keepPrefix (baseMarks nil or not base's: from the start) and returns the rebuilt value's marks.
+func ApplyMarked(base []byte, baseMarks *HashMarks, keepPrefix, keepSuffix int, middle []byte, wantSHA256 string) ([]byte, *HashMarks, error) {
 	want, err := check(len(base), keepPrefix, keepSuffix, wantSHA256)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]byte, 0, keepPrefix+len(middle)+keepSuffix)
-	out = append(out, base[:keepPrefix]...)
-	out = append(out, middle...)
-	out = append(out, base[len(base)-keepSuffix:]...)
-	if got := sha256.Sum256(out); got != want {
-		return nil, &Error{Object: "stateDelta", Field: "sha256", Reason: fmt.Sprintf("the rebuilt value (%d bytes) has SHA-256 %x, not %s: "+
+	// One allocation that zeroes only what the prefix does not fill (append's growth does not
+	// clear what it copies; clearing a megabyte costs as much as copying it).
+	out := append(base[:keepPrefix:keepPrefix], make([]byte, len(middle)+keepSuffix)...)
+	copy(out[keepPrefix:], middle)
+	copy(out[keepPrefix+len(middle):], base[len(base)-keepSuffix:])
+	out = out[:len(out):len(out)]
+	var from [][]byte
+	if baseMarks != nil && baseMarks.n == len(base) {
+		from = baseMarks.states[:min(keepPrefix/hashEvery, len(baseMarks.states))]
+	}
+	got, marks := hashFrom(out, from)
+	if got != want {
+		return nil, nil, &Error{Object: "stateDelta", Field: "sha256", Reason: fmt.Sprintf("the rebuilt value (%d bytes) has SHA-256 %x, not %s: "+
 			"the base is not the value the delta was computed from", len(out), got, wantSHA256)}
 	}
-	return out, nil
+	return out, marks, nil
+}
+
+// MarkHash returns b's SHA-256 and its HashMarks.
+func MarkHash(b []byte) ([32]byte, *HashMarks) { return hashFrom(b, nil) }
+
+// hashFrom hashes b whose first len(states) marks are states (the states of a value with the
+// same bytes up to there), recording the marks of the rest.
+func hashFrom(b []byte, states [][]byte) ([32]byte, *HashMarks) {
+	h := sha256.New()
+	off := len(states) * hashEvery
+	if off > 0 {
+		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(states[len(states)-1]); err != nil {
+			h.Reset() // never: the state is one crypto/sha256 marshalled
+			off, states = 0, nil
+		}
+	}
+	marks := &HashMarks{n: len(b), states: append(states[:len(states):len(states)], make([][]byte, 0, len(b)/hashEvery-len(states)+1)...)}
+	for ; off+hashEvery <= len(b); off += hashEvery {
+		h.Write(b[off : off+hashEvery])
+		st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+		if err != nil {
+			break // never (crypto/sha256 marshals); the marks end here
+		}
+		marks.states = append(marks.states, st)
+	}
+	h.Write(b[off:])
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum, marks
 }

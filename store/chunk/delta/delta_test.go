@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/internal/testgen"
 )
@@ -216,5 +219,50 @@ func TestPays(t *testing.T) {
 		if got := Pays(tc.next, tc.middle); got != tc.want {
 			t.Errorf("Pays(%d, %d) = %v, want %v", tc.next, tc.middle, got, tc.want)
 		}
+	}
+}
+
+// TestApplyMarked: a chain of random edits applied with the previous value's marks gives the
+// values Apply gives, and marks equal to those of hashing each value from the start.
+func TestApplyMarked(t *testing.T) {
+	defer func(e int) { hashEvery = e }(hashEvery)
+	for _, every := range []int{64, 640, 64 << 10} {
+		hashEvery = every
+		r := rand.New(rand.NewPCG(uint64(every), 3))
+		prev := make([]byte, 200_000)
+		for i := range prev {
+			prev[i] = byte(r.IntN(256))
+		}
+		_, marks := MarkHash(prev)
+		for step := 0; step < 200; step++ {
+			next := append([]byte{}, prev...)
+			at := r.IntN(len(next) + 1)
+			switch r.IntN(3) {
+			case 0:
+				next = append(next[:at], append([]byte("inserted bytes"), prev[at:]...)...)
+			case 1:
+				next = append(next[:at], prev[min(len(prev), at+r.IntN(300)):]...)
+			default:
+				if at < len(next) {
+					next[at]++
+				}
+			}
+			kp, ks, mid := Compute(prev, next)
+			sum := sha256.Sum256(next)
+			got, gotMarks, err := ApplyMarked(prev, marks, kp, ks, mid, hex.EncodeToString(sum[:]))
+			require.NoError(t, err)
+			require.Equal(t, next, got)
+			_, want := MarkHash(next)
+			require.Equal(t, want, gotMarks, "every %d step %d", every, step)
+			// a wrong sum is refused, whatever the marks
+			_, _, err = ApplyMarked(prev, marks, kp, ks, mid, strings.Repeat("0", 64))
+			require.Error(t, err)
+			prev, marks = next, gotMarks
+		}
+		// marks of another value (wrong length) are not used
+		sum := sha256.Sum256(prev[:len(prev)-1])
+		got, _, err := ApplyMarked(prev, &HashMarks{n: 3}, len(prev)-1, 0, nil, hex.EncodeToString(sum[:]))
+		require.NoError(t, err)
+		require.Equal(t, prev[:len(prev)-1], got)
 	}
 }
