@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ckptd/ckptd/store"
@@ -268,13 +269,14 @@ func (s *Store) ExpireIdle(ctx context.Context) (map[string][]string, error) {
 
 // idleCandidates lists, from a snapshot, the workflows whose idle TTL has passed.
 func (s *Store) idleCandidates(ctx context.Context) ([]string, error) {
-	q := `SELECT workflow_id, updated_at, retention FROM workflows`
-	order := ` ORDER BY workflow_id`
-	if s.defRet.IdleTTLSeconds <= 0 {
-		// only workflows with their own retention can expire
-		q += ` WHERE retention IS NOT NULL AND coalesce(json_extract(retention, '$.idleTtlSeconds'), 0) > 0`
+	// Only workflows with their own retention can expire (index workflows_retained), unless
+	// the daemon has a default idle TTL: then every workflow is read, in table order (through
+	// the primary key's index, each row would be a lookup), and sorted here.
+	q := `SELECT workflow_id, updated_at, retention FROM workflows INDEXED BY workflows_retained
+		WHERE retention IS NOT NULL AND coalesce(json_extract(retention, '$.idleTtlSeconds'), 0) > 0 ORDER BY workflow_id`
+	if s.defRet.IdleTTLSeconds > 0 {
+		q = `SELECT workflow_id, updated_at, retention FROM workflows NOT INDEXED`
 	}
-	q += order
 	var out []string
 	err := s.readTx(ctx, func(tx *rtx) error {
 		out = out[:0]
@@ -298,6 +300,7 @@ func (s *Store) idleCandidates(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, wrapDB("expire idle workflows", err)
 	}
+	slices.Sort(out)
 	return out, nil
 }
 

@@ -27,6 +27,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -44,14 +45,16 @@ const (
 	qChunksByAddr = addrCTE + `SELECT a.address, c.encoding, c.size, c.data FROM k
 		CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32) CROSS JOIN chunks c ON c.id = a.id`
 
-	qRunUp     = `UPDATE run_refs SET refs = refs + ?1 WHERE id = (SELECT id FROM run_addrs WHERE address = ?2)`
-	qRunIns    = `INSERT INTO runs(data) VALUES (?)`
-	qRunAddr   = `INSERT OR REPLACE INTO run_addrs(address, id) VALUES (?, ?)`
-	qRunRefs   = `INSERT OR REPLACE INTO run_refs(id, refs) VALUES (?, ?)`
-	qChunkUp   = `UPDATE chunk_refs SET refs = refs + ?1 WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?2)`
-	qChunkIns  = `INSERT INTO chunks(encoding, size, data) VALUES (?, ?, ?)`
-	qChunkAddr = `INSERT OR REPLACE INTO chunk_addrs(address, id) VALUES (?, ?)`
-	qChunkRefs = `INSERT OR REPLACE INTO chunk_refs(id, refs) VALUES (?, ?)`
+	qRunUp        = `UPDATE run_refs SET refs = refs + ?1 WHERE id = (SELECT id FROM run_addrs WHERE address = ?2)`
+	qRunsUp       = `UPDATE run_refs SET refs = refs + ?1 WHERE id IN (SELECT value FROM json_each(?2))`
+	qRunIDsByAddr = addrCTE + `SELECT a.address, a.id FROM k CROSS JOIN run_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32)`
+	qRunIns       = `INSERT INTO runs(data) VALUES (?)`
+	qRunAddr      = `INSERT OR REPLACE INTO run_addrs(address, id) VALUES (?, ?)`
+	qRunRefs      = `INSERT OR REPLACE INTO run_refs(id, refs) VALUES (?, ?)`
+	qChunkUp      = `UPDATE chunk_refs SET refs = refs + ?1 WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?2)`
+	qChunkIns     = `INSERT INTO chunks(encoding, size, data) VALUES (?, ?, ?)`
+	qChunkAddr    = `INSERT OR REPLACE INTO chunk_addrs(address, id) VALUES (?, ?)`
+	qChunkRefs    = `INSERT OR REPLACE INTO chunk_refs(id, refs) VALUES (?, ?)`
 
 	qRunDown     = `UPDATE run_refs SET refs = refs - ?1 WHERE id = (SELECT id FROM run_addrs WHERE address = ?2) RETURNING id, refs`
 	qRunDel      = `DELETE FROM runs WHERE id = ? RETURNING data`
@@ -68,16 +71,27 @@ const (
 // database (new runs and new chunks as stored).
 func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) (added int64, err error) {
 	chunks := chunk.Tally{}
-	for _, rc := range cv.RunCounts() {
-		res, err := w.exec(ctx, qRunUp, rc.N, rc.Addr[:])
-		if err != nil {
-			return 0, err
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			continue
+	rcs := cv.RunCounts()
+	stored, err := s.countStoredRuns(ctx, w, rcs)
+	if err != nil {
+		return 0, err
+	}
+	for _, rc := range rcs {
+		if stored != nil {
+			if stored[rc.Addr] {
+				continue
+			}
+		} else {
+			res, err := w.exec(ctx, qRunUp, rc.N, rc.Addr[:])
+			if err != nil {
+				return 0, err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				continue
+			}
 		}
 		run := cv.Run(rc.Addr)
-		res, err = w.exec(ctx, qRunIns, run.Data)
+		res, err := w.exec(ctx, qRunIns, run.Data)
 		if err != nil {
 			return 0, err
 		}
@@ -115,6 +129,51 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 	}
 	s.walPending.Add(added)
 	return added, nil
+}
+
+// countStoredRuns counts up, in a few statements, the runs of rcs that are stored, and returns
+// which they are; nil (nothing done) for a value of few runs, which the caller counts one by one.
+// A grown 1 MB state lists ~45 runs, nearly all stored: one UPDATE each cost ~0.4 ms a save.
+func (s *Store) countStoredRuns(ctx context.Context, w *wtx, rcs []chunk.Count) (map[chunk.Address]bool, error) {
+	if len(rcs) < 4 {
+		return nil, nil
+	}
+	addrs := make([]chunk.Address, len(rcs))
+	for i, rc := range rcs {
+		addrs[i] = rc.Addr
+	}
+	ids := make(map[chunk.Address]int64, len(rcs))
+	if err := eachAddrRow(ctx, w.query, qRunIDsByAddr, addrs, func(rows *sql.Rows) error {
+		var a []byte
+		var id int64
+		if err := rows.Scan(&a, &id); err != nil {
+			return err
+		}
+		if len(a) == len(chunk.Address{}) {
+			ids[chunk.Address(a)] = id
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	byN := map[int64][]int64{} // stored runs by how many listings this value adds
+	stored := make(map[chunk.Address]bool, len(ids))
+	for _, rc := range rcs {
+		if id, ok := ids[rc.Addr]; ok {
+			byN[rc.N] = append(byN[rc.N], id)
+			stored[rc.Addr] = true
+		}
+	}
+	for n, list := range byN {
+		js, err := json.Marshal(list)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := w.exec(ctx, qRunsUp, n, string(js)); err != nil {
+			return nil, err
+		}
+	}
+	return stored, nil
 }
 
 // release records that a value whose index is indexData (the addresses of its runs) is no

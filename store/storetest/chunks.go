@@ -32,6 +32,7 @@ func init() {
 		testCase{"ChunkedWrites", testChunkedWrites},
 		testCase{"ChunkProcesses", testChunkProcesses},
 		testCase{"Footprints", testFootprints},
+		testCase{"ChunkRepeats", testChunkRepeats},
 	)
 }
 
@@ -588,4 +589,36 @@ func testFootprints(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	assert.Equal(t, b, rep4.Workflows["b"])
 	assert.Equal(t, b.Add(th), rep4.Total)
+}
+
+// testChunkRepeats: values whose content repeats list the same chunks and runs several times
+// (counted with multiplicity), in values of many runs (counted in a batch by SQLite) and few:
+// removing one value never frees what the others list, removing all frees everything.
+func testChunkRepeats(t *testing.T, h *harness) {
+	s := h.db(t)
+	ctx := context.Background()
+	block := testgen.New(77).Bytes(96 << 10)
+	small := testgen.New(78).Bytes(6 << 10)
+	rep := func(b []byte, n int) []byte { return bytes.Repeat(b, n) }
+	want := map[string][]byte{}
+	var ids []string
+	for i, v := range [][]byte{rep(block, 8), rep(block, 9), append(rep(block, 3), small...), rep(small, 2), rep(small, 3)} {
+		res := mustSave(t, s, store.SaveRequest{WorkflowID: fmt.Sprintf("w%d", i%2), State: v, StateType: store.StateBytes})
+		want[res.CheckpointID] = v
+		ids = append(ids, res.CheckpointID)
+	}
+	loadEach(t, s, want, "saved")
+	verifyClean(t, s, "saved")
+	for i, id := range ids {
+		n, err := s.Delete(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		delete(want, id)
+		loadEach(t, s, want, fmt.Sprintf("after deleting %d", i))
+		runs, chunks := verifyClean(t, s, fmt.Sprintf("after deleting %d", i))
+		if len(want) == 0 {
+			require.Zero(t, runs)
+			require.Zero(t, chunks)
+		}
+	}
 }
