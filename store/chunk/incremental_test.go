@@ -119,3 +119,67 @@ func BenchmarkSplitFrom(b *testing.B) {
 		}
 	})
 }
+
+// listGrowth returns a msgpack-like list of n items (a count header, then the items) and the
+// same list with one more item: the count changes at the start, the item is appended.
+func listGrowth(r *testgen.Rand, n int) (base, next []byte) {
+	var items [][]byte
+	for i := 0; i <= n; i++ {
+		items = append(items, r.Bytes(100+i%300))
+	}
+	enc := func(k int) []byte {
+		var b []byte
+		switch {
+		case k < 16:
+			b = append(b, 0x90|byte(k))
+		case k < 1<<16:
+			b = append(b, 0xdc, byte(k>>8), byte(k))
+		default:
+			b = append(b, 0xdd, byte(k>>24), byte(k>>16), byte(k>>8), byte(k))
+		}
+		for _, it := range items[:k] {
+			b = append(b, it...)
+		}
+		return b
+	}
+	return enc(n), enc(n + 1)
+}
+
+// Two changes: one short near the start (a count), one elsewhere (an append, an insertion, a
+// replacement), and counts whose header grows: SplitFrom still gives Split's chunks.
+func TestSplitFromTwoChanges(t *testing.T) {
+	r := testgen.New(91)
+	for _, n := range []int{14, 15, 16, 300, 65535} {
+		base, next := listGrowth(r, n)
+		sameSplit(t, base, next, fmt.Sprintf("list of %d grows", n))
+	}
+	v := r.JSON(200 << 10)
+	for i := 0; i < 200; i++ {
+		a := r.Edit(v, []int{1, 4, 16, 20}[i%4], true)
+		mid := a.Apply(v)
+		b := r.Edit(mid, []int{1, 16, 1000, 40 << 10}[i%4], true)
+		next := b.Apply(mid)
+		sameSplit(t, v, next, fmt.Sprintf("step %d (%s, then %s)", i, a, b))
+		if len(next) > 0 {
+			v = next
+		}
+	}
+}
+
+// A msgpack list of ~120 KB that grows by one item: SplitFrom against Split.
+func BenchmarkSplitFromListGrowth(b *testing.B) {
+	base, next := listGrowth(testgen.New(5), 500)
+	br, _ := Split(base)
+	b.Run("Split", func(b *testing.B) {
+		b.SetBytes(int64(len(next)))
+		for b.Loop() {
+			Split(next)
+		}
+	})
+	b.Run("SplitFrom", func(b *testing.B) {
+		b.SetBytes(int64(len(next)))
+		for b.Loop() {
+			SplitFrom(base, br, next)
+		}
+	})
+}
