@@ -258,5 +258,17 @@ func (pk LGPacker) value(thread, ns, channel, version string, v []byte, sum *[32
 	return Packed{Enc: EncChunked, Size: len(v), SHA: cv.SHA256(), Data: cv.IndexData(), CV: cv}
 }
 
-// Plain packs a value that is never chunked (a staged value, a pending write).
+// Plain packs a value that is never chunked (a checkpoint, an empty value).
 func (pk LGPacker) Plain(v []byte) Packed { return Pack(v, pk.Threshold) }
+
+// Write packs a pending-write value or a staged value (lg/putWrites, lg/putValue): one larger
+// than chunk.InlineMax is cut into chunks shared with every other value (Enc EncChunked, Data its
+// index, SHA the raw value's SHA-256, CV set), the others are packed whole. A write is no version
+// of an earlier value: it is cut without a base, and the channel's value cache is left alone.
+func (pk LGPacker) Write(v []byte) Packed {
+	if chunk.Inline(len(v)) {
+		return Pack(v, pk.Threshold)
+	}
+	cv := newChunkedValue(v, nil, nil, pk.Codec, pk.Threshold >= 0 && len(v) > pk.Threshold)
+	return Packed{Enc: EncChunked, Size: len(v), SHA: cv.SHA256(), Data: cv.IndexData(), CV: cv}
+}

@@ -205,6 +205,13 @@ func (s *Store) lgPutStaged(ctx context.Context, w *wtx, p *store.LGPrepared, n 
 			return err
 		}
 		r.Type, p.CP = st.typ, st.packed
+		if st.index != nil { // lg_checkpoints keeps checkpoints whole: reassembled and packed
+			raw, err := s.lgOpen(ctx, w.query, r.CheckpointID, "staged checkpoint", st.index, st.packed.Enc, int64(st.packed.Size), st.packed.SHA)
+			if err != nil {
+				return err
+			}
+			p.CP = s.pack(raw)
+		}
 		consumed = append(consumed, r.CheckpointStaged)
 	}
 	given := map[string]int{}
@@ -237,12 +244,13 @@ func (s *Store) lgPutStaged(ctx context.Context, w *wtx, p *store.LGPrepared, n 
 	}
 	b = &pgx.Batch{}
 	queueLGCheckpoint(b, p, store.EncodeValueRefs(refs))
-	if len(consumed) > 0 {
-		b.Queue(`DELETE FROM lg_staged WHERE id = ANY($1)`, consumed)
-	}
 	var own *string
 	queueLGTouch(b, p, &own)
 	if err := w.sendBatch(ctx, b); err != nil {
+		return err
+	}
+	// after the copies' counts: a chunked staged value's runs never reach 0 on the way
+	if _, err := w.lgDeleteRows(ctx, `DELETE FROM lg_staged WHERE id = ANY($1)`, consumed); err != nil {
 		return err
 	}
 	for _, id := range consumed {
@@ -276,6 +284,7 @@ func (s *Store) lgSetRefs(ctx context.Context, w *wtx, p *store.LGPrepared, give
 type lgStagedValue struct {
 	typ    string
 	packed store.Packed // Data nil: still in lg_staged
+	index  []byte       // a chunked value's index (packed.Enc EncChunked); nil otherwise
 }
 
 // lgStaged reads the head of a staged value of thread; field names it in errors.
@@ -284,8 +293,8 @@ func lgStaged(ctx context.Context, w *wtx, thread string, id int64, field string
 	var owner string
 	var enc int16
 	var size int64
-	err := w.queryRow(ctx, `SELECT thread_id, type, encoding, size, sha256 FROM lg_staged WHERE id = $1`, id).
-		Scan(&owner, &v.typ, &enc, &size, &v.packed.SHA)
+	err := w.queryRow(ctx, `SELECT thread_id, type, encoding, size, sha256, CASE WHEN encoding = 4 THEN data END FROM lg_staged WHERE id = $1`, id).
+		Scan(&owner, &v.typ, &enc, &size, &v.packed.SHA, &v.index)
 	if noRows(err) {
 		return v, invalid(field, "no staged value %d (lg/putValue): unknown, already used or expired", id)
 	}
@@ -305,19 +314,29 @@ func lgStaged(ctx context.Context, w *wtx, thread string, id int64, field string
 // was written.
 func lgStoreValue(ctx context.Context, w *wtx, thread, ns, channel, version, typ string, pb store.Packed, staged int64, tryFirst bool) (int, bool, error) {
 	insert := func(variant int) (bool, error) {
-		var ct pgconn.CommandTag
-		var err error
 		if staged != 0 {
-			ct, err = w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+			// a chunked staged value: the copy is one more listing of its runs (the staged
+			// row's is released when the put deletes it, after)
+			var index []byte
+			err := w.queryRow(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
 				SELECT $1, $2, $3, $4, $5, type, encoding, size, sha256, data FROM lg_staged WHERE id = $6
-				ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING`, thread, ns, channel, version, variant, staged)
-		} else {
-			ct, err = w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-				ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING`,
-				thread, ns, channel, version, variant, typ, int16(pb.Enc), int64(pb.Size), pb.SHA, pb.Data)
+				ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING
+				RETURNING CASE WHEN encoding = 4 THEN data END`, thread, ns, channel, version, variant, staged).Scan(&index)
+			switch {
+			case noRows(err):
+				return false, nil
+			case err != nil:
+				return false, err
+			case index != nil:
+				return true, refIndex(ctx, w, index)
+			}
+			return true, nil
 		}
-		if err == nil && ct.RowsAffected() > 0 && pb.CV != nil && staged == 0 {
+		ct, err := w.exec(ctx, `INSERT INTO lg_blobs (thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			ON CONFLICT (thread_id, namespace, channel, version, variant) DO NOTHING`,
+			thread, ns, channel, version, variant, typ, int16(pb.Enc), int64(pb.Size), pb.SHA, pb.Data)
+		if err == nil && ct.RowsAffected() > 0 && pb.CV != nil {
 			_, err = refChunked(ctx, w, pb.CV)
 		}
 		return ct.RowsAffected() > 0, err
@@ -383,7 +402,7 @@ func queueLGCheckpoint(b *pgx.Batch, p *store.LGPrepared, refs []byte) {
 	if p.CP.Data == nil { // staged
 		data = nil
 	}
-	if r.CheckpointStaged != 0 {
+	if r.CheckpointStaged != 0 && p.CP.Data == nil { // copied from the staged row (a chunked one was reassembled)
 		b.Queue(`INSERT INTO lg_checkpoints (thread_id, namespace, checkpoint_id, parent_id, created_at, channel_versions,
 			metadata, type, encoding, size, sha256, data, value_refs)
 			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, s.data, $13 FROM lg_staged s WHERE s.id = $12
@@ -430,7 +449,8 @@ func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []store.LGWr
 }
 
 // LGPutWritesFenced is LGPutWrites under fencing token (0: none) for the claim of thread,
-// checked in the write's transaction.
+// checked in the write's transaction. A value larger than chunk.InlineMax is stored as chunks
+// (store.LGPacker.Write); a replaced write's chunked value is released.
 func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []store.LGWrite, token int64) (pending *store.LGPending, stored *int) {
 	n := new(int)
 	ps := make([]store.Packed, len(writes))
@@ -441,37 +461,55 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 		if err := noNUL("threadId", thread, "namespace", ns, "checkpointId", checkpointID); err != nil {
 			return err
 		}
+		pk := s.lgPacker()
 		for i, w := range writes {
 			f := fmt.Sprintf("writes[%d].", i)
 			if err := noNUL("taskId", w.TaskID, f+"taskPath", w.TaskPath, f+"channel", w.Channel, f+"type", w.Type); err != nil {
 				return err
 			}
 			if w.Staged == 0 {
-				ps[i] = s.pack(w.Data)
+				ps[i] = pk.Write(w.Data)
 			}
 		}
 		return nil
 	}, func(ctx context.Context, w *wtx) error {
 		*n = 0
+		staged := make([]lgStagedValue, len(writes))
 		for i, wr := range writes {
 			if wr.Staged != 0 {
-				if _, err := lgStaged(ctx, w, thread, wr.Staged, fmt.Sprintf("writes[%d].valueId", i)); err != nil {
+				st, err := lgStaged(ctx, w, thread, wr.Staged, fmt.Sprintf("writes[%d].valueId", i))
+				if err != nil {
 					return err
 				}
+				staged[i] = st
 			}
 		}
 		b := &pgx.Batch{}
 		fc := queueFence(b, thread, token) // the claim first, in the same round trip
 		var consumed []int64
+		var old [][]byte // chunked values replaced (idx < 0): released once the new ones are counted
+		inserted := make([]bool, len(writes))
 		for i, wr := range writes {
 			conflict := `DO NOTHING`
 			if wr.Idx < 0 {
 				conflict = `DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel, type = excluded.type,
 					encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256, data = excluded.data`
+				b.Queue(`SELECT data FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = $3 AND task_id = $4
+					AND idx = $5 AND encoding = 4`, thread, ns, checkpointID, wr.TaskID, wr.Idx).Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						var idx []byte
+						if err := rows.Scan(&idx); err != nil {
+							return err
+						}
+						old = append(old, idx)
+					}
+					return rows.Err()
+				})
 			}
 			count := func(ct pgconn.CommandTag) error {
 				if ct.RowsAffected() > 0 {
 					*n++
+					inserted[i] = true
 				}
 				return nil
 			}
@@ -490,14 +528,36 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 				ON CONFLICT (thread_id, namespace, checkpoint_id, task_id, idx) `+conflict,
 				thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.Enc, p.Size, p.SHA, p.Data).Exec(count)
 		}
-		if len(consumed) > 0 {
-			b.Queue(`DELETE FROM lg_staged WHERE id = ANY($1)`, consumed)
-		}
 		if err := w.sendBatch(ctx, b); err != nil {
 			return err
 		}
 		if err := fc.check(); err != nil {
 			return err
+		}
+		// the new values' listings first, then the released ones: a value written again over
+		// itself never reaches 0 on the way
+		for i := range writes {
+			switch {
+			case !inserted[i]:
+			case ps[i].CV != nil:
+				if _, err := refChunked(ctx, w, ps[i].CV); err != nil {
+					return err
+				}
+			case staged[i].index != nil:
+				if err := refIndex(ctx, w, staged[i].index); err != nil {
+					return err
+				}
+			}
+		}
+		if len(old) > 0 {
+			if _, err := s.releaseIndexes(ctx, w, old); err != nil {
+				return err
+			}
+		}
+		if len(consumed) > 0 {
+			if _, err := w.lgDeleteRows(ctx, `DELETE FROM lg_staged WHERE id = ANY($1)`, consumed); err != nil {
+				return err
+			}
 		}
 		for _, id := range consumed {
 			s.staged.Delete(id)
@@ -522,11 +582,18 @@ func (s *Store) LGStageValue(ctx context.Context, thread, typ string, data []byt
 	if typ == store.LGEmptyType {
 		return 0, invalid("type", "an empty value needs no staging")
 	}
-	p := s.pack(data)
+	p := s.lgPacker().Write(data)
 	var id int64
 	err := s.lgDo(ctx, "stage a LangGraph value", threadKeys(thread), func(ctx context.Context, w *wtx) error {
-		return w.queryRow(ctx, `INSERT INTO lg_staged (thread_id, created_at, type, encoding, size, sha256, data)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, thread, s.now().UTC(), typ, int16(p.Enc), int64(p.Size), p.SHA, p.Data).Scan(&id)
+		if err := w.queryRow(ctx, `INSERT INTO lg_staged (thread_id, created_at, type, encoding, size, sha256, data)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, thread, s.now().UTC(), typ, int16(p.Enc), int64(p.Size), p.SHA, p.Data).Scan(&id); err != nil {
+			return err
+		}
+		if p.CV != nil {
+			_, err := refChunked(ctx, w, p.CV)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -807,7 +874,7 @@ func (s *Store) fillTuples(ctx context.Context, tx pgx.Tx, items []lgItem, start
 				return 0, fmt.Errorf("lg_writes rows vanished during a read")
 			}
 			var err error
-			if wr.Data, err = store.Unpack(t.CheckpointID, fmt.Sprintf("write %s/%d", wr.TaskID, wr.Idx), data, int(h.enc), h.size, h.sha); err != nil {
+			if wr.Data, err = s.lgOpen(ctx, tx.Query, t.CheckpointID, fmt.Sprintf("write %s/%d", wr.TaskID, wr.Idx), data, int(h.enc), h.size, h.sha); err != nil {
 				return 0, err
 			}
 			t.Writes = append(t.Writes, wr)
@@ -1137,22 +1204,30 @@ func (a *lgAncestry) Writes(id string) ([]store.LGWrite, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var cid string
-		var w store.LGWrite
-		var enc, size int64
-		var sha, data []byte
-		if err := rows.Scan(&cid, &w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &w.Type, &enc, &size, &sha, &data); err != nil {
-			return nil, err
-		}
-		if w.Data, err = store.Unpack(cid, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
-			return nil, err
-		}
-		a.writes[cid] = append(a.writes[cid], w)
+	type row struct {
+		cid       string
+		w         store.LGWrite
+		enc, size int64
+		sha, data []byte
 	}
-	if err := rows.Err(); err != nil {
+	var rs []row
+	err = eachRow(rows, func(rows pgx.Rows) error {
+		var r row
+		if err := rows.Scan(&r.cid, &r.w.TaskID, &r.w.TaskPath, &r.w.Idx, &r.w.Channel, &r.w.Type, &r.enc, &r.size, &r.sha, &r.data); err != nil {
+			return err
+		}
+		rs = append(rs, r)
+		return nil
+	})
+	if err != nil {
 		return nil, err
+	}
+	for _, r := range rs { // a chunked value reassembled once the rows are closed
+		w := r.w
+		if w.Data, err = a.s.lgOpen(a.ctx, a.tx.Query, r.cid, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), r.data, int(r.enc), r.size, r.sha); err != nil {
+			return nil, err
+		}
+		a.writes[r.cid] = append(a.writes[r.cid], w)
 	}
 	for _, cid := range ids {
 		store.SortLGWrites(a.writes[cid])

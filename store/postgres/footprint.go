@@ -185,7 +185,7 @@ func threadFootprints(ctx context.Context, tx pgx.Tx, req store.FootprintRequest
 	if where != "" {
 		where4 += ` AND thread_id = ANY($1)`
 	}
-	err := scanRows(ctx, tx, `SELECT thread_id, data FROM lg_blobs`+where4, func(rows pgx.Rows) error {
+	err := scanRows(ctx, tx, `SELECT thread_id, data FROM lg_blobs`+where4+` UNION ALL SELECT thread_id, data FROM lg_writes`+where4, func(rows pgx.Rows) error {
 		var th string
 		var idx []byte
 		if err := rows.Scan(&th, &idx); err != nil {

@@ -111,19 +111,35 @@ func (s *Store) LGExport(ctx context.Context, thread string, begin func(store.LG
 				return err
 			}
 		}
-		return scanRows(ctx, tx, `SELECT namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding,
-				size, sha256, data FROM lg_writes WHERE thread_id = $1 ORDER BY namespace, checkpoint_id, task_id, idx`,
+		// writes the same way (a chunked one is reassembled on the connection)
+		ids = ids[:0]
+		err = scanRows(ctx, tx, `SELECT id FROM lg_writes WHERE thread_id = $1 ORDER BY namespace, checkpoint_id, task_id, idx`,
 			func(rows pgx.Rows) error {
-				r := store.LGRecord{Kind: store.LGKindWrite}
-				var enc int
-				var size int64
-				var sha, data []byte
-				if err := rows.Scan(&r.Namespace, &r.CheckpointID, &r.TaskID, &r.Idx, &r.TaskPath, &r.Channel, &r.Type,
-					&enc, &size, &sha, &data); err != nil {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
 					return err
 				}
-				return emit(r, fmt.Sprintf("write %s/%d", r.TaskID, r.Idx), data, enc, size, sha)
+				ids = append(ids, id)
+				return nil
 			}, thread)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			r := store.LGRecord{Kind: store.LGKindWrite}
+			var enc int
+			var size int64
+			var sha, data []byte
+			if err := tx.QueryRow(ctx, `SELECT namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding,
+					size, sha256, data FROM lg_writes WHERE id = $1`, id).Scan(&r.Namespace, &r.CheckpointID, &r.TaskID, &r.Idx,
+				&r.TaskPath, &r.Channel, &r.Type, &enc, &size, &sha, &data); err != nil {
+				return err
+			}
+			if err := emit(r, fmt.Sprintf("write %s/%d", r.TaskID, r.Idx), data, enc, size, sha); err != nil {
+				return err
+			}
+		}
+		return nil
 	}()
 	if err == nil || errors.Is(err, store.ErrNotFound) || asCorrupt(err) != nil || errors.Is(err, ctx.Err()) {
 		return err
@@ -270,11 +286,16 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 			res.Skipped.Writes += b2i(dup)
 			return err
 		}
-		p := s.pack(r.Data)
+		p := s.lgPacker().Write(r.Data)
 		if _, err := w.exec(ctx, `INSERT INTO lg_writes (thread_id, namespace, checkpoint_id, task_id, idx, task_path,
 				channel, type, encoding, size, sha256, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			thread, r.Namespace, r.CheckpointID, r.TaskID, r.Idx, r.TaskPath, r.Channel, r.Type, p.Enc, p.Size, p.SHA, p.Data); err != nil {
 			return err
+		}
+		if p.CV != nil {
+			if _, err := refChunked(ctx, w, p.CV); err != nil {
+				return err
+			}
 		}
 		res.Imported.Writes++
 	}

@@ -1,9 +1,10 @@
 package postgres
 
-// Chunked LangGraph channel values (docs/storage.md "Chunked values", store/lgchunked.go), as in
-// SQLite (store/sqlite/lgchunks.go): an lg_blobs row with encoding 4 keeps the index of a value
-// stored as shared chunks, counted with refChunked when the row is written and releaseIndexes
-// when it is deleted, in the same transaction. Every reader of lg_blobs.data goes through lgOpen.
+// Chunked LangGraph values (docs/storage.md "Chunked values", store/lgchunked.go), as in SQLite
+// (store/sqlite/lgchunks.go): an lg_blobs, lg_writes or lg_staged row with encoding 4 keeps the
+// index of a value stored as shared chunks, counted with refChunked when the row is written,
+// refIndex when a row is copied and releaseIndexes when it is deleted, in the same transaction
+// (always counted up before counted down). Every reader of their data goes through lgOpen.
 
 import (
 	"context"
@@ -96,9 +97,9 @@ func refIndex(ctx context.Context, w *wtx, indexData []byte) error {
 	return nil
 }
 
-// lgDeleteBlobs runs a DELETE FROM lg_blobs … statement (without RETURNING) and releases the
-// chunked values it removed; it returns the rows deleted.
-func (w *wtx) lgDeleteBlobs(ctx context.Context, q string, args ...any) (int64, error) {
+// lgDeleteRows runs a DELETE FROM lg_blobs, lg_writes or lg_staged … statement (without
+// RETURNING) and releases the chunked values it removed; it returns the rows deleted.
+func (w *wtx) lgDeleteRows(ctx context.Context, q string, args ...any) (int64, error) {
 	rows, err := w.query(ctx, q+` RETURNING CASE WHEN encoding = 4 THEN data END`, args...)
 	if err != nil {
 		return 0, err
@@ -127,10 +128,64 @@ func (w *wtx) lgDeleteBlobs(ctx context.Context, q string, args ...any) (int64, 
 	return n, nil
 }
 
-// auditLGValues counts the listings of the chunked LangGraph channel values into audit (their
-// reassembly is VerifyLG's).
+// releaseSelected releases the chunked values whose indexes q (selecting one index or NULL per
+// row) returns: rows a statement that follows replaces.
+func (w *wtx) releaseSelected(ctx context.Context, q string, args ...any) error {
+	rows, err := w.query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	var indexes [][]byte
+	err = eachRow(rows, func(rows pgx.Rows) error {
+		var idx []byte
+		if err := rows.Scan(&idx); err != nil {
+			return err
+		}
+		if idx != nil {
+			indexes = append(indexes, idx)
+		}
+		return nil
+	})
+	if err != nil || len(indexes) == 0 {
+		return err
+	}
+	_, err = w.s.releaseIndexes(ctx, w, indexes)
+	return err
+}
+
+// refSelected counts one more listing of the runs of every chunked value q (selecting one index
+// or NULL per row) returns: rows a copy listed again.
+func (w *wtx) refSelected(ctx context.Context, q string, args ...any) error {
+	rows, err := w.query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	var indexes [][]byte
+	err = eachRow(rows, func(rows pgx.Rows) error {
+		var idx []byte
+		if err := rows.Scan(&idx); err != nil {
+			return err
+		}
+		if idx != nil {
+			indexes = append(indexes, idx)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, idx := range indexes {
+		if err := refIndex(ctx, w, idx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditLGValues counts the listings of the chunked LangGraph values (channel values, pending
+// writes, staged values) into audit (their reassembly is VerifyLG's).
 func auditLGValues(ctx context.Context, tx pgx.Tx, audit *store.RefAudit) error {
-	return scanRows(ctx, tx, `SELECT thread_id, namespace, channel, version, variant, data FROM lg_blobs WHERE encoding = 4`,
+	err := scanRows(ctx, tx, `SELECT thread_id, namespace, channel, version, variant, data FROM lg_blobs WHERE encoding = 4`,
 		func(rows pgx.Rows) error {
 			var thread, ns, ch, ver string
 			var variant int
@@ -141,4 +196,31 @@ func auditLGValues(ctx context.Context, tx pgx.Tx, audit *store.RefAudit) error 
 			audit.Value(fmt.Sprintf("LangGraph thread %q namespace %q %s", thread, ns, store.LGValueWhat(ch, ver, variant)), index)
 			return nil
 		})
+	if err != nil {
+		return err
+	}
+	err = scanRows(ctx, tx, `SELECT thread_id, namespace, checkpoint_id, task_id, idx, data FROM lg_writes WHERE encoding = 4`,
+		func(rows pgx.Rows) error {
+			var thread, ns, cp, task string
+			var idx int64
+			var index []byte
+			if err := rows.Scan(&thread, &ns, &cp, &task, &idx, &index); err != nil {
+				return err
+			}
+			audit.Value(fmt.Sprintf("LangGraph thread %q namespace %q checkpoint %q write %s/%d", thread, ns, cp, task, idx), index)
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	return scanRows(ctx, tx, `SELECT id, thread_id, data FROM lg_staged WHERE encoding = 4`, func(rows pgx.Rows) error {
+		var id int64
+		var thread string
+		var index []byte
+		if err := rows.Scan(&id, &thread, &index); err != nil {
+			return err
+		}
+		audit.Value(fmt.Sprintf("LangGraph thread %q staged value %d", thread, id), index)
+		return nil
+	})
 }

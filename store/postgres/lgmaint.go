@@ -195,7 +195,7 @@ func lgDeleteNodes(ctx context.Context, w *wtx, thread, ns string, nodes []*stor
 		return 0, nil
 	}
 	w.queue(`DELETE FROM lg_meta WHERE ckpt = ANY($1)`, keys)
-	_, err = w.exec(ctx, `DELETE FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = ANY($3)`, thread, ns, ids)
+	_, err = w.lgDeleteRows(ctx, `DELETE FROM lg_writes WHERE thread_id = $1 AND namespace = $2 AND checkpoint_id = ANY($3)`, thread, ns, ids)
 	return len(ids), err
 }
 
@@ -212,7 +212,7 @@ func lgDeleteValues(ctx context.Context, w *wtx, thread, ns string, keys map[sto
 	if len(chs) == 0 {
 		return nil
 	}
-	_, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs b USING unnest($3::text[], $4::text[], $5::int[]) AS k(c, v, r)
+	_, err := w.lgDeleteRows(ctx, `DELETE FROM lg_blobs b USING unnest($3::text[], $4::text[], $5::int[]) AS k(c, v, r)
 		WHERE b.thread_id = $1 AND b.namespace = $2 AND b.channel = k.c AND b.version = k.v AND b.variant = k.r`,
 		thread, ns, chs, vers, vars)
 	return err
@@ -367,12 +367,12 @@ func (s *Store) lgCollect(ctx context.Context, thread, ns string) error {
 			if len(values) > 0 {
 				chunk := values[:min(len(values), store.BiteUnits)]
 				values = values[len(chunk):]
-				_, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs WHERE id = ANY($1)`, chunk)
+				_, err := w.lgDeleteRows(ctx, `DELETE FROM lg_blobs WHERE id = ANY($1)`, chunk)
 				return len(values)+len(writes) == 0, err
 			}
 			chunk := writes[:min(len(writes), store.BiteUnits)]
 			writes = writes[len(chunk):]
-			_, err = w.exec(ctx, `DELETE FROM lg_writes w WHERE w.id = ANY($1) AND NOT EXISTS (SELECT 1 FROM lg_checkpoints c
+			_, err = w.lgDeleteRows(ctx, `DELETE FROM lg_writes w WHERE w.id = ANY($1) AND NOT EXISTS (SELECT 1 FROM lg_checkpoints c
 				WHERE c.thread_id = w.thread_id AND c.namespace = w.namespace AND c.checkpoint_id = w.checkpoint_id)`, chunk)
 			return len(writes) == 0, err
 		})
@@ -444,19 +444,9 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 		case 1, 2, 3:
 			table := []string{"lg_writes", "lg_blobs", "lg_staged"}[stage-1]
 			q := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` WHERE thread_id = $1 LIMIT $2)`
-			var k int64
-			if table == "lg_blobs" {
-				n, err := w.lgDeleteBlobs(ctx, q, thread, store.BiteUnits)
-				if err != nil {
-					return false, err
-				}
-				k = n
-			} else {
-				ct, err := w.exec(ctx, q, thread, store.BiteUnits)
-				if err != nil {
-					return false, err
-				}
-				k = ct.RowsAffected()
+			k, err := w.lgDeleteRows(ctx, q, thread, store.BiteUnits) // every table's chunked values released
+			if err != nil {
+				return false, err
 			}
 			if k < store.BiteUnits {
 				stage++
@@ -744,6 +734,25 @@ func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) 
 			}
 			n++
 		}
+		// chunked writes: every copied one is one more listing of its runs, then dst's that the
+		// copy replaced are released
+		var replaced [][]byte
+		rows, err = w.query(ctx, `SELECT d.data FROM lg_writes d JOIN lg_writes s ON s.thread_id = $1
+			AND s.namespace = d.namespace AND s.checkpoint_id = d.checkpoint_id AND s.task_id = d.task_id AND s.idx = d.idx
+			WHERE d.thread_id = $2 AND d.encoding = 4`, src, dst)
+		if err != nil {
+			return err
+		}
+		if err := eachRow(rows, func(rows pgx.Rows) error {
+			var idx []byte
+			if err := rows.Scan(&idx); err != nil {
+				return err
+			}
+			replaced = append(replaced, idx)
+			return nil
+		}); err != nil {
+			return err
+		}
 		if _, err := w.exec(ctx, `INSERT INTO lg_writes (thread_id, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data)
 			SELECT $2, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data
 			FROM lg_writes WHERE thread_id = $1 ORDER BY id
@@ -751,6 +760,14 @@ func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) 
 			channel = excluded.channel, type = excluded.type, encoding = excluded.encoding, size = excluded.size,
 			sha256 = excluded.sha256, data = excluded.data`, src, dst); err != nil {
 			return err
+		}
+		if err := w.refSelected(ctx, `SELECT data FROM lg_writes WHERE thread_id = $1 AND encoding = 4`, src); err != nil {
+			return err
+		}
+		if len(replaced) > 0 {
+			if _, err := s.releaseIndexes(ctx, w, replaced); err != nil {
+				return err
+			}
 		}
 		if n > 0 {
 			_, err := w.exec(ctx, lgTouchThreadSQL, dst, newest)
@@ -1112,9 +1129,9 @@ func (s *Store) lgCollectStaged(ctx context.Context, before time.Time) error {
 	for {
 		var k int64
 		err := s.lgDo(ctx, "collect staged values", nil, func(ctx context.Context, w *wtx) error {
-			ct, err := w.exec(ctx, `DELETE FROM lg_staged WHERE id IN (SELECT id FROM lg_staged WHERE created_at < $1
+			var err error
+			k, err = w.lgDeleteRows(ctx, `DELETE FROM lg_staged WHERE id IN (SELECT id FROM lg_staged WHERE created_at < $1
 				ORDER BY created_at LIMIT $2)`, before.UTC(), store.BiteUnits)
-			k = ct.RowsAffected()
 			return err
 		})
 		if err != nil || k < store.BiteUnits {
@@ -1134,7 +1151,7 @@ func (s *Store) lgDropOwnStaged(ctx context.Context) {
 		return
 	}
 	if err := s.lgDo(ctx, "drop staged values", nil, func(ctx context.Context, w *wtx) error {
-		_, err := w.exec(ctx, `DELETE FROM lg_staged WHERE id = ANY($1)`, ids)
+		_, err := w.lgDeleteRows(ctx, `DELETE FROM lg_staged WHERE id = ANY($1)`, ids)
 		return err
 	}); err != nil {
 		s.log.Warn("ckptd store: dropping unused staged values failed (collected later)", "err", err)

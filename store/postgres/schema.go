@@ -453,6 +453,15 @@ ALTER TABLE writes ADD COLUMN encoding smallint NOT NULL DEFAULT 0,  -- 0: value
 	{"chunked LangGraph channel values (lg_blobs encoding 4)", `
 COMMENT ON COLUMN lg_blobs.encoding IS '0 raw, 16 S2, 4 chunked: data holds the index of the value''s runs, size and sha256 are the raw value''s';
 `},
+	// chunked LangGraph pending writes and staged values (docs/storage.md "Chunked values",
+	// store/postgres/lgchunks.go): an lg_writes or lg_staged value larger than chunk.InlineMax
+	// is stored as shared chunks like a channel value (encoding 4). No table changes: the step
+	// makes an older build, which would read encoding 4 in lg_writes as corrupt and delete such
+	// rows without releasing their chunks, refuse the database. Rows stored whole keep reading.
+	{"chunked LangGraph pending writes and staged values (lg_writes, lg_staged encoding 4)", `
+COMMENT ON COLUMN lg_writes.encoding IS '0 raw, 16 S2, 4 chunked: data holds the index of the value''s runs, size and sha256 are the raw value''s';
+COMMENT ON COLUMN lg_staged.encoding IS '0 raw, 16 S2, 4 chunked: data holds the index of the value''s runs, size and sha256 are the raw value''s';
+`},
 }
 
 // footprintCounters are the counters the footprint step adds: name, what it counts.

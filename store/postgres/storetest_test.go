@@ -259,7 +259,8 @@ func (b *testBackend) ChunkRows(t testing.TB) (runs, chunks int) {
 	}
 	runRefs, chunkRefs := chunk.Tally{}, chunk.Tally{}
 	for _, q := range []string{`SELECT data FROM states WHERE encoding = 4`, `SELECT value FROM writes WHERE encoding = 4`,
-		`SELECT data FROM lg_blobs WHERE encoding = 4`} {
+		`SELECT data FROM lg_blobs WHERE encoding = 4`, `SELECT data FROM lg_writes WHERE encoding = 4`,
+		`SELECT data FROM lg_staged WHERE encoding = 4`} {
 		scan(q, func(rows pgx.Rows) {
 			var idx []byte
 			require.NoError(t, rows.Scan(&idx))

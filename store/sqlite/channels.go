@@ -123,6 +123,13 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 				return err
 			}
 			r.Type, p.CP = st.typ, st.packed
+			if st.index != nil { // lg_checkpoints keeps checkpoints whole: reassembled and packed
+				raw, err := s.lgOpen(ctx, w.query, r.CheckpointID, "staged checkpoint", st.index, st.packed.Enc, int64(st.packed.Size), st.packed.SHA)
+				if err != nil {
+					return err
+				}
+				p.CP = s.pack(raw)
+			}
 			consumed = append(consumed, r.CheckpointStaged)
 		}
 		versions, err := store.ParseVersions(r.ChannelVersions)
@@ -157,7 +164,7 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 			return err
 		}
 		for _, id := range consumed {
-			if _, err := w.lgExec(ctx, `DELETE FROM lg_staged WHERE id = ?`, id); err != nil {
+			if _, err := w.lgDeleteRows(ctx, `DELETE FROM lg_staged WHERE id = ?`, id); err != nil {
 				return err
 			}
 			s.staged.Delete(id)
@@ -170,6 +177,7 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 type lgStagedValue struct {
 	typ    string
 	packed store.Packed // Data nil: still in lg_staged
+	index  []byte       // a chunked value's index (packed.Enc EncChunked); nil otherwise
 }
 
 // lgStaged reads the head of a staged value of thread; field names it in errors.
@@ -178,8 +186,8 @@ func lgStaged(ctx context.Context, w *wtx, thread string, id int64, field string
 	var owner string
 	var enc int
 	var size int64
-	err := w.queryRow(ctx, `SELECT thread_id, type, encoding, size, sha256 FROM lg_staged WHERE id = ?`, id).
-		Scan(&owner, &v.typ, &enc, &size, &v.packed.SHA)
+	err := w.queryRow(ctx, `SELECT thread_id, type, encoding, size, sha256, CASE WHEN encoding = 4 THEN data END FROM lg_staged WHERE id = ?`, id).
+		Scan(&owner, &v.typ, &enc, &size, &v.packed.SHA, &v.index)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, invalid(field, "no staged value %d (lg/putValue): unknown, already used or expired", id)
 	}
@@ -199,18 +207,29 @@ func lgStaged(ctx context.Context, w *wtx, thread string, id int64, field string
 // a row was written.
 func (s *Store) lgStoreValue(ctx context.Context, w *wtx, thread, ns, channel, version, typ string, pb store.Packed, staged int64) (int, bool, error) {
 	insert := func(variant int) (bool, error) {
-		var res sql.Result
-		var err error
 		if staged != 0 {
-			res, err = w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+			// a chunked staged value: the copy is one more listing of its runs (the staged
+			// row's is released when the put deletes it)
+			var index []byte
+			err := w.queryRow(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
 				SELECT ?, ?, ?, ?, ?, type, encoding, size, sha256, data FROM lg_staged WHERE id = ?
-				ON CONFLICT(thread_id, namespace, channel, version, variant) DO NOTHING`,
-				thread, ns, channel, version, variant, staged)
-		} else {
-			res, err = w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
-				VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(thread_id, namespace, channel, version, variant) DO NOTHING`,
-				thread, ns, channel, version, variant, typ, pb.Enc, pb.Size, pb.SHA, pb.Data)
+				ON CONFLICT(thread_id, namespace, channel, version, variant) DO NOTHING
+				RETURNING CASE WHEN encoding = 4 THEN data END`,
+				thread, ns, channel, version, variant, staged).Scan(&index)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return false, nil
+			case err != nil:
+				return false, err
+			case index != nil:
+				return true, s.refIndex(ctx, w, index)
+			}
+			s.walPending.Add(int64(pb.Size))
+			return true, nil
 		}
+		res, err := w.lgExec(ctx, `INSERT INTO lg_blobs(thread_id, namespace, channel, version, variant, type, encoding, size, sha256, data)
+			VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(thread_id, namespace, channel, version, variant) DO NOTHING`,
+			thread, ns, channel, version, variant, typ, pb.Enc, pb.Size, pb.SHA, pb.Data)
 		if err != nil {
 			return false, err
 		}
@@ -340,7 +359,8 @@ func (s *Store) LGPutWrites(thread, ns, checkpointID string, writes []store.LGWr
 }
 
 // LGPutWritesFenced is LGPutWrites under fencing token (0: none) for the claim of thread,
-// checked in the write's transaction.
+// checked in the write's transaction. A value larger than chunk.InlineMax is stored as chunks
+// (store.LGPacker.Write); a replaced write's chunked value is released.
 func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []store.LGWrite, token int64) (pending *store.LGPending, stored *int) {
 	n := new(int)
 	ps := make([]store.Packed, len(writes))
@@ -348,9 +368,10 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 		if err := store.CheckLGWrites(thread, checkpointID, writes); err != nil {
 			return err
 		}
+		pk := s.lgPacker()
 		for i, w := range writes {
 			if w.Staged == 0 {
-				ps[i] = s.pack(w.Data)
+				ps[i] = pk.Write(w.Data)
 			}
 		}
 		return nil
@@ -363,35 +384,58 @@ func (s *Store) LGPutWritesFenced(thread, ns, checkpointID string, writes []stor
 			// a special write (idx < 0) replaces the one stored: DO UPDATE, whose UPDATE fires
 			// the kept footprint's triggers (OR REPLACE's deletion would not; schema step 13)
 			conflict := ` ON CONFLICT(thread_id, namespace, checkpoint_id, task_id, idx) DO NOTHING`
+			var old []byte // the chunked value a replacement releases
 			if wr.Idx < 0 {
 				conflict = ` ON CONFLICT(thread_id, namespace, checkpoint_id, task_id, idx) DO UPDATE SET task_path = excluded.task_path,
 					channel = excluded.channel, type = excluded.type, encoding = excluded.encoding, size = excluded.size,
 					sha256 = excluded.sha256, data = excluded.data`
-			}
-			var res sql.Result
-			var err error
-			if wr.Staged != 0 {
-				if _, err := lgStaged(ctx, w, thread, wr.Staged, fmt.Sprintf("writes[%d].valueId", i)); err != nil {
+				err := w.queryRow(ctx, `SELECT data FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id = ?
+					AND task_id = ? AND idx = ? AND encoding = 4`, thread, ns, checkpointID, wr.TaskID, wr.Idx).Scan(&old)
+				if err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return err
 				}
-				res, err = w.lgExec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
+			}
+			var k int64
+			if wr.Staged != 0 {
+				st, err := lgStaged(ctx, w, thread, wr.Staged, fmt.Sprintf("writes[%d].valueId", i))
+				if err != nil {
+					return err
+				}
+				res, err := w.lgExec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
 					channel, type, encoding, size, sha256, data) SELECT ?,?,?,?,?,?,?, type, encoding, size, sha256, data
 					FROM lg_staged WHERE id = ?`+conflict, thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Staged)
-				if err == nil {
-					_, err = w.lgExec(ctx, `DELETE FROM lg_staged WHERE id = ?`, wr.Staged)
-					s.staged.Delete(wr.Staged)
+				if err != nil {
+					return err
 				}
+				if k, _ = res.RowsAffected(); k > 0 && st.index != nil {
+					// one more listing; the staged row's is released with it just below
+					if err := s.refIndex(ctx, w, st.index); err != nil {
+						return err
+					}
+				}
+				if _, err := w.lgDeleteRows(ctx, `DELETE FROM lg_staged WHERE id = ?`, wr.Staged); err != nil {
+					return err
+				}
+				s.staged.Delete(wr.Staged)
 			} else {
 				p := ps[i]
-				res, err = w.lgExec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
+				res, err := w.lgExec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
 					channel, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`+conflict,
 					thread, ns, checkpointID, wr.TaskID, wr.Idx, wr.TaskPath, wr.Channel, wr.Type, p.Enc, p.Size, p.SHA, p.Data)
+				if err != nil {
+					return err
+				}
+				if k, _ = res.RowsAffected(); k > 0 && p.CV != nil {
+					if _, err := s.refChunked(ctx, w, p.CV); err != nil {
+						return err
+					}
+				}
 			}
-			if err != nil {
-				return err
-			}
-			if k, _ := res.RowsAffected(); k > 0 {
+			if k > 0 {
 				*n++
+				if old != nil {
+					w.release(old) // counted down at the end of the job, after the new value's count
+				}
 			}
 		}
 		return nil
@@ -411,11 +455,18 @@ func (s *Store) LGStageValue(ctx context.Context, thread, typ string, data []byt
 	if typ == store.LGEmptyType {
 		return 0, invalid("type", "an empty value needs no staging")
 	}
-	p := s.pack(data)
+	p := s.lgPacker().Write(data)
 	var id int64
 	err := s.lgWait(ctx, "stage a LangGraph value", func(ctx context.Context, w *wtx) error {
-		return w.queryRow(ctx, `INSERT INTO lg_staged(thread_id, created_at, type, encoding, size, sha256, data)
-			VALUES (?,?,?,?,?,?,?) RETURNING id`, thread, s.now().UnixMicro(), typ, p.Enc, p.Size, p.SHA, p.Data).Scan(&id)
+		if err := w.queryRow(ctx, `INSERT INTO lg_staged(thread_id, created_at, type, encoding, size, sha256, data)
+			VALUES (?,?,?,?,?,?,?) RETURNING id`, thread, s.now().UnixMicro(), typ, p.Enc, p.Size, p.SHA, p.Data).Scan(&id); err != nil {
+			return err
+		}
+		if p.CV != nil {
+			_, err := s.refChunked(ctx, w, p.CV)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -620,26 +671,66 @@ func (r *lgReader) writes(thread, ns, checkpointID string) ([]store.LGWrite, err
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var out []store.LGWrite
+	var later []lgChunkedWrite
 	for rows.Next() {
 		var w store.LGWrite
 		var enc, size int64
 		var sha, data []byte
 		if err := rows.Scan(&w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &w.Type, &enc, &size, &sha, &data); err != nil {
+			rows.Close()
 			return nil, err
 		}
-		if w.Data, err = store.Unpack(checkpointID, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
+		if enc == store.EncChunked { // reassembled once the rows are closed
+			later = append(later, lgChunkedWrite{at: len(out), index: data, size: size, sha: sha})
+		} else if w.Data, err = store.Unpack(checkpointID, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
+			rows.Close()
 			return nil, err
 		}
-		r.bytes += int64(len(w.Data))
 		out = append(out, w)
 	}
 	if err := rows.Err(); err != nil {
+		rows.Close()
 		return nil, err
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := r.openWrites(checkpointID, out, later); err != nil {
+		return nil, err
+	}
+	for _, w := range out {
+		r.bytes += int64(len(w.Data))
 	}
 	store.SortLGWrites(out)
 	return out, nil
+}
+
+// lgChunkedWrite is a pending write read with its chunked value's index: out[at] of a read.
+type lgChunkedWrite struct {
+	at         int
+	index      []byte
+	size       int64
+	sha        []byte
+	checkpoint string // "": the read's
+}
+
+// openWrites reassembles the chunked values of later into out (checkpointID: the writes' checkpoint,
+// for errors, unless an entry names its own).
+func (r *lgReader) openWrites(checkpointID string, out []store.LGWrite, later []lgChunkedWrite) error {
+	for _, c := range later {
+		w := &out[c.at]
+		cp := checkpointID
+		if c.checkpoint != "" {
+			cp = c.checkpoint
+		}
+		raw, err := r.s.lgOpen(r.ctx, r.tx.cached, cp, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), c.index, store.EncChunked, c.size, c.sha)
+		if err != nil {
+			return err
+		}
+		w.Data = raw
+	}
+	return nil
 }
 
 // lgItem is a tuple being read with its row id (cursor ties) and value refs.
@@ -1142,23 +1233,39 @@ func (a *lgAncestry) Writes(id string) ([]store.LGWrite, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	var all []store.LGWrite
+	var cids []string
+	var later []lgChunkedWrite
 	for rows.Next() {
 		var cid string
 		var w store.LGWrite
 		var enc, size int64
 		var sha, data []byte
 		if err := rows.Scan(&cid, &w.TaskID, &w.TaskPath, &w.Idx, &w.Channel, &w.Type, &enc, &size, &sha, &data); err != nil {
+			rows.Close()
 			return nil, err
 		}
-		if w.Data, err = store.Unpack(cid, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
+		if enc == store.EncChunked { // reassembled once the rows are closed
+			later = append(later, lgChunkedWrite{at: len(all), index: data, size: size, sha: sha, checkpoint: cid})
+		} else if w.Data, err = store.Unpack(cid, fmt.Sprintf("write %s/%d", w.TaskID, w.Idx), data, int(enc), size, sha); err != nil {
+			rows.Close()
 			return nil, err
 		}
-		a.r.bytes += int64(len(w.Data))
-		a.writes[cid] = append(a.writes[cid], w)
+		all, cids = append(all, w), append(cids, cid)
 	}
 	if err := rows.Err(); err != nil {
+		rows.Close()
 		return nil, err
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := a.r.openWrites("", all, later); err != nil {
+		return nil, err
+	}
+	for i, w := range all {
+		a.r.bytes += int64(len(w.Data))
+		a.writes[cids[i]] = append(a.writes[cids[i]], w)
 	}
 	for _, cid := range ids[2:] {
 		store.SortLGWrites(a.writes[cid.(string)])

@@ -205,9 +205,9 @@ func (s *Store) threadFootprints(ctx context.Context, tx *rtx, req store.Footpri
 		}
 		where4 := ` WHERE encoding = 4`
 		if where != "" {
-			where4 += ` AND thread_id = ?`
+			where4 += ` AND thread_id = ?1`
 		}
-		err := scanRows(ctx, tx, `SELECT thread_id, data FROM lg_blobs`+where4, func(rows *sql.Rows) error {
+		err := scanRows(ctx, tx, `SELECT thread_id, data FROM lg_blobs`+where4+` UNION ALL SELECT thread_id, data FROM lg_writes`+where4, func(rows *sql.Rows) error {
 			var th string
 			var idx []byte
 			if err := rows.Scan(&th, &idx); err != nil {

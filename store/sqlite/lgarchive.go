@@ -239,13 +239,19 @@ func (s *Store) lgImportOne(ctx context.Context, w *wtx, thread string, r store.
 			res.Skipped.Writes += b2i(dup)
 			return err
 		}
-		p := s.pack(r.Data)
+		p := s.lgPacker().Write(r.Data)
 		if _, err := w.lgExec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path,
 				channel, type, encoding, size, sha256, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 			thread, r.Namespace, r.CheckpointID, r.TaskID, r.Idx, r.TaskPath, r.Channel, r.Type, p.Enc, p.Size, p.SHA, p.Data); err != nil {
 			return err
 		}
-		s.walPending.Add(int64(len(p.Data)))
+		if p.CV != nil {
+			if _, err := s.refChunked(ctx, w, p.CV); err != nil {
+				return err
+			}
+		} else {
+			s.walPending.Add(int64(len(p.Data)))
+		}
 		res.Imported.Writes++
 	}
 	return nil

@@ -1,9 +1,10 @@
 package sqlite
 
-// Chunked LangGraph channel values (docs/storage.md "Chunked values", store/lgchunked.go): an
-// lg_blobs row with encoding 4 keeps the index of a value stored as shared chunks, counted like a
-// state's (refChunked when the row is written, wtx.release when it is deleted, in the same
-// transaction). Every reader of lg_blobs.data goes through lgOpen.
+// Chunked LangGraph values (docs/storage.md "Chunked values", store/lgchunked.go): an lg_blobs,
+// lg_writes or lg_staged row with encoding 4 keeps the index of a value stored as shared chunks,
+// counted like a state's (refChunked when the row is written, refIndex when a row is copied,
+// wtx.release when it is deleted, in the same transaction). Every reader of their data goes
+// through lgOpen.
 
 import (
 	"context"
@@ -85,9 +86,9 @@ func (s *Store) refIndex(ctx context.Context, w *wtx, indexData []byte) error {
 	return nil
 }
 
-// lgDeleteBlobs runs a DELETE FROM lg_blobs … statement (without RETURNING) and releases the
-// chunked values it removed.
-func (w *wtx) lgDeleteBlobs(ctx context.Context, q string, args ...any) (int64, error) {
+// lgDeleteRows runs a DELETE FROM lg_blobs, lg_writes or lg_staged … statement (without
+// RETURNING) and releases the chunked values it removed; it returns the rows deleted.
+func (w *wtx) lgDeleteRows(ctx context.Context, q string, args ...any) (int64, error) {
 	rows, err := w.query(ctx, q+` RETURNING CASE WHEN encoding = 4 THEN data END`, args...)
 	if err != nil {
 		return 0, err

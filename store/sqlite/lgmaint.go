@@ -194,8 +194,8 @@ func lgDeleteNodes(ctx context.Context, w *wtx, thread, ns string, nodes []*stor
 		if _, err := w.conn.ExecContext(ctx, `DELETE FROM lg_meta WHERE ckpt IN `+in, keys[2:]...); err != nil {
 			return n, err
 		}
-		if _, err := w.conn.ExecContext(ctx, `DELETE FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id IN (?`+
-			strings.Repeat(`,?`, len(ids)-3)+`)`, ids...); err != nil {
+		if err := w.releaseRows(w.conn.QueryContext(ctx, `DELETE FROM lg_writes WHERE thread_id = ? AND namespace = ? AND checkpoint_id IN (?`+
+			strings.Repeat(`,?`, len(ids)-3)+`) RETURNING CASE WHEN encoding = 4 THEN data END`, ids...)); err != nil {
 			return n, err
 		}
 	}
@@ -212,7 +212,7 @@ func lgDeleteValues(ctx context.Context, w *wtx, thread, ns string, keys map[sto
 		if ref[k] {
 			continue
 		}
-		if _, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ? AND variant = ?`,
+		if _, err := w.lgDeleteRows(ctx, `DELETE FROM lg_blobs WHERE thread_id = ? AND namespace = ? AND channel = ? AND version = ? AND variant = ?`,
 			thread, ns, k.Channel, k.Version, k.Variant); err != nil {
 			return err
 		}
@@ -368,14 +368,14 @@ func (s *Store) lgCollect(ctx context.Context, thread, ns string) error {
 			}
 			for k := 0; k < store.BiteUnits && len(values)+len(writes) > 0; k++ {
 				if len(values) > 0 {
-					if _, err := w.lgDeleteBlobs(ctx, `DELETE FROM lg_blobs WHERE id = ?`, values[0]); err != nil {
+					if _, err := w.lgDeleteRows(ctx, `DELETE FROM lg_blobs WHERE id = ?`, values[0]); err != nil {
 						return false, err
 					}
 					values = values[1:]
 					continue
 				}
 				// a write whose checkpoint a put stored since the plan stays
-				if _, err := w.exec(ctx, `DELETE FROM lg_writes WHERE id = ? AND NOT EXISTS (SELECT 1 FROM lg_checkpoints c
+				if _, err := w.lgDeleteRows(ctx, `DELETE FROM lg_writes WHERE id = ? AND NOT EXISTS (SELECT 1 FROM lg_checkpoints c
 					WHERE c.thread_id = lg_writes.thread_id AND c.namespace = lg_writes.namespace AND c.checkpoint_id = lg_writes.checkpoint_id)`,
 					writes[0]); err != nil {
 					return false, err
@@ -497,19 +497,9 @@ func (s *Store) lgDeleteThread(ctx context.Context, thread string, still func(q 
 		case 1, 2, 3:
 			table := []string{"lg_writes", "lg_blobs", "lg_staged"}[stage-1]
 			q := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` WHERE thread_id = ? LIMIT ?)`
-			var k int64
-			if table == "lg_blobs" {
-				n, err := w.lgDeleteBlobs(ctx, q, thread, store.BiteUnits)
-				if err != nil {
-					return false, err
-				}
-				k = n
-			} else {
-				res, err := w.exec(ctx, q, thread, store.BiteUnits)
-				if err != nil {
-					return false, err
-				}
-				k, _ = res.RowsAffected()
+			k, err := w.lgDeleteRows(ctx, q, thread, store.BiteUnits) // every table's chunked values released
+			if err != nil {
+				return false, err
 			}
 			if k < store.BiteUnits {
 				stage++
@@ -785,6 +775,13 @@ func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) 
 			newest = max(newest, c.created)
 			n++
 		}
+		// chunked writes: dst's that the copy replaces are released, every copied one is one
+		// more listing of its runs
+		if err := w.releaseRows(w.query(ctx, `SELECT d.data FROM lg_writes d JOIN lg_writes s ON s.thread_id = ?1
+			AND s.namespace = d.namespace AND s.checkpoint_id = d.checkpoint_id AND s.task_id = d.task_id AND s.idx = d.idx
+			WHERE d.thread_id = ?2 AND d.encoding = 4`, src, dst)); err != nil {
+			return err
+		}
 		if _, err := w.exec(ctx, `INSERT INTO lg_writes(thread_id, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data)
 			SELECT ?2, namespace, checkpoint_id, task_id, idx, task_path, channel, type, encoding, size, sha256, data
 			FROM lg_writes WHERE thread_id = ?1 ORDER BY id
@@ -792,6 +789,27 @@ func (s *Store) LGCopyThread(ctx context.Context, src, dst string) (int, error) 
 			channel = excluded.channel, type = excluded.type, encoding = excluded.encoding, size = excluded.size,
 			sha256 = excluded.sha256, data = excluded.data`, src, dst); err != nil {
 			return err
+		}
+		rows, err = w.query(ctx, `SELECT data FROM lg_writes WHERE thread_id = ? AND encoding = 4`, src)
+		if err != nil {
+			return err
+		}
+		var copied [][]byte
+		for rows.Next() {
+			var index []byte
+			if err := rows.Scan(&index); err != nil {
+				rows.Close()
+				return err
+			}
+			copied = append(copied, index)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		for _, index := range copied {
+			if err := s.refIndex(ctx, w, index); err != nil {
+				return err
+			}
 		}
 		if n > 0 {
 			return lgTouchThread(ctx, w, dst, newest)
@@ -1154,12 +1172,11 @@ func (s *Store) LGExpireIdle(ctx context.Context) (store.LGSweepResult, error) {
 // lgCollectStaged deletes, in bites, staged values stored before before.
 func (s *Store) lgCollectStaged(ctx context.Context, before time.Time) error {
 	return s.lgBites(ctx, "collect staged values", func(ctx context.Context, w *wtx) (bool, error) {
-		res, err := w.exec(ctx, `DELETE FROM lg_staged WHERE id IN (SELECT id FROM lg_staged INDEXED BY lg_staged_created
+		k, err := w.lgDeleteRows(ctx, `DELETE FROM lg_staged WHERE id IN (SELECT id FROM lg_staged INDEXED BY lg_staged_created
 			WHERE created_at < ? LIMIT ?)`, before.UnixMicro(), store.BiteUnits)
 		if err != nil {
 			return false, err
 		}
-		k, _ := res.RowsAffected()
 		return k < store.BiteUnits, nil
 	})
 }
@@ -1178,7 +1195,8 @@ func (s *Store) lgDropOwnStaged(ctx context.Context) {
 		for len(ids) > 0 {
 			chunk := ids[:min(len(ids), 500)]
 			ids = ids[len(chunk):]
-			if _, err := w.exec(ctx, `DELETE FROM lg_staged WHERE id IN (?`+strings.Repeat(`,?`, len(chunk)-1)+`)`, chunk...); err != nil {
+			if err := w.releaseRows(w.conn.QueryContext(ctx, `DELETE FROM lg_staged WHERE id IN (?`+strings.Repeat(`,?`, len(chunk)-1)+`)
+				RETURNING CASE WHEN encoding = 4 THEN data END`, chunk...)); err != nil {
 				return err
 			}
 		}

@@ -84,10 +84,10 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 	return counts, out, nil
 }
 
-// auditLGValues counts the listings of the chunked LangGraph channel values into audit (their
-// reassembly is VerifyLG's).
+// auditLGValues counts the listings of the chunked LangGraph values (channel values, pending
+// writes, staged values) into audit (their reassembly is VerifyLG's).
 func auditLGValues(ctx context.Context, tx *rtx, audit *store.RefAudit) error {
-	return scanRows(ctx, tx, `SELECT thread_id, namespace, channel, version, variant, data FROM lg_blobs WHERE encoding = 4`,
+	err := scanRows(ctx, tx, `SELECT thread_id, namespace, channel, version, variant, data FROM lg_blobs WHERE encoding = 4`,
 		func(rows *sql.Rows) error {
 			var thread, ns, ch, ver string
 			var variant int
@@ -98,4 +98,31 @@ func auditLGValues(ctx context.Context, tx *rtx, audit *store.RefAudit) error {
 			audit.Value(fmt.Sprintf("LangGraph thread %q namespace %q %s", thread, ns, store.LGValueWhat(ch, ver, variant)), index)
 			return nil
 		})
+	if err != nil {
+		return err
+	}
+	err = scanRows(ctx, tx, `SELECT thread_id, namespace, checkpoint_id, task_id, idx, data FROM lg_writes WHERE encoding = 4`,
+		func(rows *sql.Rows) error {
+			var thread, ns, cp, task string
+			var idx int64
+			var index []byte
+			if err := rows.Scan(&thread, &ns, &cp, &task, &idx, &index); err != nil {
+				return err
+			}
+			audit.Value(fmt.Sprintf("LangGraph thread %q namespace %q checkpoint %q write %s/%d", thread, ns, cp, task, idx), index)
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	return scanRows(ctx, tx, `SELECT id, thread_id, data FROM lg_staged WHERE encoding = 4`, func(rows *sql.Rows) error {
+		var id int64
+		var thread string
+		var index []byte
+		if err := rows.Scan(&id, &thread, &index); err != nil {
+			return err
+		}
+		audit.Value(fmt.Sprintf("LangGraph thread %q staged value %d", thread, id), index)
+		return nil
+	})
 }

@@ -1,6 +1,6 @@
 package sqlite
 
-// Packs (schema step 16, docs/storage.md "Chunked values"): the chunks a store of one chunked
+// Packs (schema step 17, docs/storage.md "Chunked values"): the chunks a store of one chunked
 // value adds (refChunked) go together into rows of packs of up to packMax stored bytes, each
 // chunk still compressed on its own and addressed as before; its chunks row keeps an empty data
 // and says where its bytes are (pack, pack_off, pack_len). A chunk row of ~2 KiB takes a 4 KiB
@@ -51,7 +51,7 @@ const (
 	qPackUnpack   = `UPDATE chunks SET data = ?, pack = NULL, pack_off = NULL, pack_len = NULL WHERE id = ?`
 )
 
-// packsFlag says whether the database has packs (schema step 16): always after a migration to
+// packsFlag says whether the database has packs (schema step 17): always after a migration to
 // the latest version; a database of an older ckptd opened read-only (a salvage) may not.
 type packsFlag struct {
 	once sync.Once

@@ -421,7 +421,7 @@ func TestPacksSeveralStores(t *testing.T) {
 	require.Zero(t, single)
 }
 
-// A database from before packs (schema step 16) keeps its chunk rows as they are: its values
+// A database from before packs (schema step 17) keeps its chunk rows as they are: its values
 // read and verify after the migration, new values go in packs beside them, and deleting
 // everything frees both. (The old database is made by the migrations before packs and written
 // by this build, which writes no packs there; a store opened below the latest schema prepares

@@ -559,7 +559,15 @@ UPDATE lg_blobs SET encoding = encoding WHERE 0;
 	`
 CREATE INDEX workflows_retained ON workflows(workflow_id) WHERE retention IS NOT NULL;
 `,
-	// 16: packs (store/sqlite/packs.go): the new chunks of one stored value go together
+	// 16: chunked LangGraph pending writes and staged values (docs/storage.md "Chunked values",
+	// store/sqlite/lgchunks.go): an lg_writes or lg_staged value larger than chunk.InlineMax is
+	// stored as shared chunks like a channel value (encoding 4). No table changes: the step makes
+	// an older build, which would read encoding 4 in lg_writes as corrupt and delete such rows
+	// without releasing their chunks, refuse the database. Rows stored whole keep reading.
+	`
+UPDATE lg_writes SET encoding = encoding WHERE 0;
+`,
+	// 17: packs (store/sqlite/packs.go): the new chunks of one stored value go together
 	// into one row of packs, so that a file of ~2 KiB chunk rows, one or two to a 4 KiB leaf,
 	// does not keep a quarter of its chunk pages empty. packsStep finds it by content.
 	packsMigration,

@@ -121,7 +121,7 @@ type Store struct {
 	// lgVariantsHas: the database has schema version 9's LangGraph columns (salvage.go).
 	lgVariantsOnce sync.Once
 	lgVariantsHas  bool
-	// packs: the database has packs (schema step 16; packs.go).
+	// packs: the database has packs (schema step 17; packs.go).
 	packs packsFlag
 	// bites sizes and counts the bites of long maintenance (bites.go).
 	bites *store.Bites

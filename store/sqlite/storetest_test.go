@@ -199,7 +199,8 @@ func (b *testBackend) ChunkRows(t testing.TB) (runs, chunks int) {
 		require.NoError(t, rows.Err())
 	}
 	for _, q := range []string{`SELECT data FROM states WHERE encoding = 4`, `SELECT value FROM writes WHERE encoding = 4`,
-		`SELECT data FROM lg_blobs WHERE encoding = 4`} {
+		`SELECT data FROM lg_blobs WHERE encoding = 4`, `SELECT data FROM lg_writes WHERE encoding = 4`,
+		`SELECT data FROM lg_staged WHERE encoding = 4`} {
 		scan(q, func(rows *sql.Rows) {
 			var idx []byte
 			require.NoError(t, rows.Scan(&idx))

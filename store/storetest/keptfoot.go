@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -264,7 +265,11 @@ func testKeptFootprint(t *testing.T, h *harness) {
 			_, err = s.LGExpireIdle(ctx)
 			require.NoError(t, err, what)
 		default: // a LangGraph value staged, then put with a checkpoint or left to expire
-			_, err := s.LGStageValue(ctx, th, "json", []byte(`"staged"`))
+			v := []byte(`"staged"`)
+			if rng.IntN(2) == 0 { // a large one is stored as chunks
+				v = fmt.Appendf(nil, `{"staged":%q}`, bytes.Repeat([]byte{'a' + byte(rng.IntN(26))}, 9000+rng.IntN(9000)))
+			}
+			_, err := s.LGStageValue(ctx, th, "json", v)
 			require.NoError(t, err, what)
 		}
 		checkKeptFootprint(t, s, what)
