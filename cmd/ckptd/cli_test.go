@@ -222,8 +222,12 @@ func (db *cliDB) corruptState(checkpointID string) {
 		index[:32]).Scan(&run))
 	refs, err := chunk.DecodeRun(run)
 	require.NoError(db.t, err)
-	db.exec(`UPDATE chunks SET data = CAST(substr(data, 1, length(data) - 1) || X'00' AS BLOB) WHERE id =
+	// the chunk's last byte, in its own row or in its pack
+	db.exec(`UPDATE chunks SET data = CAST(substr(data, 1, length(data) - 1) || X'00' AS BLOB) WHERE pack IS NULL AND id =
 		(SELECT id FROM chunk_addrs WHERE address = ?)`, refs[0].Addr[:])
+	db.exec(`UPDATE packs SET data = CAST(substr(data, 1, c.pack_off + c.pack_len - 1) || X'00' || substr(data, c.pack_off + c.pack_len + 1) AS BLOB)
+		FROM (SELECT pack, pack_off, pack_len FROM chunks WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)) c
+		WHERE packs.id = c.pack`, refs[0].Addr[:])
 }
 
 func cliCopyFile(t *testing.T, from, to string) {

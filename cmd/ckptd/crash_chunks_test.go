@@ -20,10 +20,12 @@ import (
 // (stored as shared chunks) of several workflows, prunes them by retention on every save and by
 // checkpoint/prune, and deletes whole workflows; and beside them puts the same states as
 // LangGraph channel values, pending writes (replacing a special write each time) and staged
-// values of several threads, pruned by the threads' retention and deleted by thread/delete. After every kill `ckptd verify` reassembles
-// every value and recounts every reference: no dangling reference (a listed chunk that is gone)
-// and no orphan (a stored chunk nothing lists) may be left, since every free happens in the
-// transaction that removes the value. Once everything is deleted no chunk or run is left.
+// values of several threads, pruned by the threads' retention and deleted by thread/delete.
+// After every kill `ckptd verify` reassembles every value and recounts every reference: no
+// dangling reference (a listed chunk that is gone) and no orphan (a stored chunk nothing lists)
+// may be left, since every free happens in the transaction that removes the value (a pack's
+// bytes too, with the last chunk stored in it). Once everything is deleted no chunk, run or pack
+// is left.
 // CKPTD_CRASH_KILLS sets the number of kills (default 10), CKPTD_CRASH_SEED the seed.
 func TestCrashKillLoopChunks(t *testing.T) {
 	kills := envInt("CKPTD_CRASH_KILLS", 10)
@@ -37,19 +39,20 @@ func TestCrashKillLoopChunks(t *testing.T) {
 	for i := range workloads {
 		workloads[i] = testgen.NewWorkload(uint64(i), 96<<10) // states of ~100 KB sharing nothing across workflows
 	}
-	sent, maxChunks, maxCkpts, maxWrites := 0, 0, 0, 0
+	sent, maxChunks, maxCkpts, maxWrites, maxPacks := 0, 0, 0, 0, 0
 	// the compactor cuts new content into chunks once the writer is idle: on a loaded machine a
 	// round may be killed before it did, so rounds go on (up to 3x) until some chunks were stored
 	for round := 0; round < kills || (maxChunks == 0 && round < 3*kills); round++ {
 		sent += chunkSavesUntilKilled(t, db, rng, workloads)
 		res := cliRun(t, nil, "verify", "--quiet", "--db", db)
 		require.Equal(t, 0, res.code, "round %d: ckptd verify after a kill:\n%s%s", round, res.stdout, res.stderr)
-		chunks, ckpts := chunkCounts(t, db)
-		maxChunks, maxCkpts = max(maxChunks, chunks), max(maxCkpts, ckpts)
+		chunks, ckpts, packs := chunkCounts(t, db)
+		maxChunks, maxCkpts, maxPacks = max(maxChunks, chunks), max(maxCkpts, ckpts), max(maxPacks, packs)
 		maxWrites = max(maxWrites, chunkedLGWrites(t, db))
 	}
 	require.Positive(t, maxChunks, "no chunked state was ever committed: the loop tested nothing")
 	require.Positive(t, maxWrites, "no chunked pending write (beside a chunked channel value) was ever committed")
+	require.Positive(t, maxPacks, "no pack was ever committed")
 	// delete everything: nothing may be left behind
 	d := startDaemon(t, db, "--keep-last", "0")
 	for i := range workloads {
@@ -63,16 +66,17 @@ func TestCrashKillLoopChunks(t *testing.T) {
 	conn, err := sql.Open("sqlite", "file:"+db+"?mode=ro")
 	require.NoError(t, err)
 	defer conn.Close()
-	var chunks, runs, states, lgRows int
+	var chunks, runs, states, lgRows, packs int
 	require.NoError(t, conn.QueryRow(`SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM run_addrs),
 		(SELECT count(*) FROM states), (SELECT count(*) FROM lg_blobs) + (SELECT count(*) FROM lg_writes)
-		+ (SELECT count(*) FROM lg_staged)`).Scan(&chunks, &runs, &states, &lgRows))
+		+ (SELECT count(*) FROM lg_staged), (SELECT count(*) FROM packs)`).Scan(&chunks, &runs, &states, &lgRows, &packs))
 	require.Zero(t, states)
 	require.Zero(t, lgRows)
 	require.Zero(t, runs, "runs left once nothing lists them")
 	require.Zero(t, chunks, "chunks left once nothing lists them")
-	t.Logf("seed %d: %d kills, %d requests sent, up to %d checkpoints, %d chunked LangGraph writes and %d chunks stored, verify clean after each",
-		seed, kills, sent, maxCkpts, maxWrites, maxChunks)
+	require.Zero(t, packs, "packs left once nothing lists their chunks")
+	t.Logf("seed %d: %d kills, %d requests sent, up to %d checkpoints, %d chunked LangGraph writes, %d chunks and %d packs stored, verify clean after each",
+		seed, kills, sent, maxCkpts, maxWrites, maxChunks, maxPacks)
 }
 
 // chunkedLGWrites returns the LangGraph pending writes stored as chunks in db, if channel values
@@ -91,14 +95,15 @@ func chunkedLGWrites(t *testing.T, db string) int {
 	return n
 }
 
-// chunkCounts returns the chunks and checkpoints stored in db.
-func chunkCounts(t *testing.T, db string) (chunks, checkpoints int) {
+// chunkCounts returns the chunks, checkpoints and packs stored in db.
+func chunkCounts(t *testing.T, db string) (chunks, checkpoints, packs int) {
 	t.Helper()
 	conn, err := sql.Open("sqlite", "file:"+db+"?mode=ro")
 	require.NoError(t, err)
 	defer conn.Close()
-	require.NoError(t, conn.QueryRow(`SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM checkpoints)`).Scan(&chunks, &checkpoints))
-	return chunks, checkpoints
+	require.NoError(t, conn.QueryRow(`SELECT (SELECT count(*) FROM chunk_addrs), (SELECT count(*) FROM checkpoints),
+		(SELECT count(*) FROM packs)`).Scan(&chunks, &checkpoints, &packs))
+	return chunks, checkpoints, packs
 }
 
 // chunkSavesUntilKilled streams saves (each workflow's state one step further), prunes and

@@ -343,7 +343,9 @@ func wreckChunk(t *testing.T, path string, addr chunk.Address, seed int64) {
 	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	require.NoError(t, err)
 	var data []byte
-	require.NoError(t, conn.QueryRow(`SELECT data FROM chunks WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`, addr[:]).Scan(&data))
+	// its own row's bytes, or its bytes in its pack
+	require.NoError(t, conn.QueryRow(`SELECT CASE WHEN c.pack IS NULL THEN c.data ELSE substr(p.data, c.pack_off + 1, c.pack_len) END
+		FROM chunks c LEFT JOIN packs p ON p.id = c.pack WHERE c.id = (SELECT id FROM chunk_addrs WHERE address = ?)`, addr[:]).Scan(&data))
 	require.NoError(t, conn.Close())
 	require.Greater(t, len(data), 64)
 	wreckPage(t, path, string(data[:64]), seed)

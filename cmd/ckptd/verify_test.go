@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ckptd/ckptd/drift"
+	"github.com/ckptd/ckptd/internal/testgen"
 	"github.com/ckptd/ckptd/store"
 
 	"github.com/ckptd/ckptd/engine"
@@ -145,4 +148,38 @@ func TestCLIVerifySourceManifests(t *testing.T) {
 		assert.Contains(t, c.Reason, "source manifest: file entry")
 		assert.Contains(t, c.Reason, "BLAKE3 mismatch")
 	}
+}
+
+// TestCLIVerifyPacks: the chunks of a large state lie in packs; verify finds a pack no chunk lies
+// in (an orphan, never collected), and a pack gone: its chunks have no bytes and the checkpoint
+// listing them is corrupt.
+func TestCLIVerifyPacks(t *testing.T) {
+	t.Parallel()
+	db := newCLIDB(t, nil)
+	saved := db.save(store.SaveRequest{WorkflowID: "w", State: testgen.New(4).Bytes(150 << 10), StateType: store.StateBytes})
+	db.close()
+	res := cliRun(t, nil, "verify", "--quiet", "--db", db.path)
+	require.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	var packs int
+	raw, err := sql.Open("sqlite", "file:"+db.path+"?mode=ro")
+	require.NoError(t, err)
+	require.NoError(t, raw.QueryRow(`SELECT count(*) FROM packs`).Scan(&packs))
+	require.NoError(t, raw.Close())
+	require.Positive(t, packs, "the state's chunks are in packs")
+
+	db.exec(`INSERT INTO packs(data) VALUES (randomblob(3000))`)
+	res = cliRun(t, nil, "verify", "--quiet", "--db", db.path)
+	assert.Equal(t, exitProblem, res.code, res.stdout+res.stderr)
+	assert.Contains(t, res.stdout, "1 packs hold no stored chunk (orphans)")
+
+	db.exec(`DELETE FROM packs WHERE id = (SELECT max(id) FROM packs)`)
+	db.exec(`DELETE FROM packs WHERE id = (SELECT min(id) FROM packs)`)
+	res = cliRun(t, nil, "verify", "--json", "--quiet", "--db", db.path)
+	assert.Equal(t, exitProblem, res.code)
+	var rep verifyReport
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep))
+	require.Len(t, rep.Corrupt, 1, res.stdout)
+	assert.Equal(t, saved.CheckpointID, rep.Corrupt[0].CheckpointID)
+	assert.Contains(t, rep.Corrupt[0].Reason, "missing")
+	assert.Contains(t, strings.Join(rep.Database, "\n"), "is missing")
 }

@@ -23,6 +23,9 @@ package sqlite
 //     it lists -1; a chunk reaching 0 is deleted. Deferring the decrements to the end of the job
 //     never frees what the job itself lists again, and a crash leaves the state of some commit,
 //     in which the counts match the listings.
+//
+// The new chunks of one value are stored together in packs (packs.go), whose bytes go when no
+// chunk stored in them is left.
 
 import (
 	"context"
@@ -42,7 +45,9 @@ const (
 
 	qRunsByAddr = addrCTE + `SELECT a.address, r.data FROM k CROSS JOIN run_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32)
 		CROSS JOIN runs r ON r.id = a.id`
-	qChunksByAddr = addrCTE + `SELECT a.address, c.encoding, c.size, c.data FROM k
+	qChunksByAddr = addrCTE + `SELECT a.address, c.encoding, c.size, c.data, c.pack, c.pack_off, c.pack_len FROM k
+		CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32) CROSS JOIN chunks c ON c.id = a.id`
+	qChunksByAddrNoPacks = addrCTE + `SELECT a.address, c.encoding, c.size, c.data, NULL, NULL, NULL FROM k
 		CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32) CROSS JOIN chunks c ON c.id = a.id`
 
 	qRunUp        = `UPDATE run_refs SET refs = refs + ?1 WHERE id = (SELECT id FROM run_addrs WHERE address = ?2)`
@@ -61,7 +66,8 @@ const (
 	qRunDelRefs  = `DELETE FROM run_refs WHERE id = ?`
 	qRunDelAddr  = `DELETE FROM run_addrs WHERE address = ?`
 	qChunkDown   = `UPDATE chunk_refs SET refs = refs - ?1 WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?2) RETURNING id, refs`
-	qChunkDel    = `DELETE FROM chunks WHERE id = ?`
+	qChunkDel    = `DELETE FROM chunks WHERE id = ? RETURNING pack`
+	qChunkDelOld = `DELETE FROM chunks WHERE id = ? RETURNING NULL`
 	qChunkDelRef = `DELETE FROM chunk_refs WHERE id = ?`
 	qChunkDelAdr = `DELETE FROM chunk_addrs WHERE address = ?`
 )
@@ -71,6 +77,7 @@ const (
 // database (new runs and new chunks as stored).
 func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) (added int64, err error) {
 	chunks := chunk.Tally{}
+	var fresh []newChunk
 	rcs := cv.RunCounts()
 	stored, err := s.countStoredRuns(ctx, w, rcs)
 	if err != nil {
@@ -114,18 +121,11 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 			continue
 		}
 		data, enc, size := cv.Packed(cc.Addr)
-		res, err = w.exec(ctx, qChunkIns, enc, size, data)
-		if err != nil {
-			return 0, err
-		}
-		id, _ := res.LastInsertId()
-		if _, err := w.exec(ctx, qChunkAddr, cc.Addr[:], id); err != nil {
-			return 0, err
-		}
-		if _, err := w.exec(ctx, qChunkRefs, id, cc.N); err != nil {
-			return 0, err
-		}
+		fresh = append(fresh, newChunk{addr: cc.Addr, refs: cc.N, data: data, enc: enc, size: size})
 		added += int64(len(data))
+	}
+	if err := s.insertChunks(ctx, w, fresh); err != nil {
+		return 0, err
 	}
 	s.walPending.Add(added)
 	return added, nil
@@ -193,7 +193,8 @@ func (w *wtx) release(indexData []byte) {
 
 // flushReleases applies the job's releases: each run is counted down; a run no value lists any
 // more is deleted and each chunk it lists counted down; a chunk no run lists any more is
-// deleted. Inside the writer's transaction, before the job's savepoint is released.
+// deleted, and the packs that lost chunks settled (settlePacks). Inside the writer's
+// transaction, before the job's savepoint is released.
 func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 	if len(w.rel) == 0 {
 		return nil
@@ -202,6 +203,7 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 	w.rel = nil
 	chunks := chunk.Tally{}
 	freed := false
+	var packs map[int64]bool
 	for _, rc := range runs.Sorted() {
 		var id, refs int64
 		err := w.queryRow(ctx, qRunDown, rc.N, rc.Addr[:]).Scan(&id, &refs)
@@ -247,14 +249,31 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 		if refs > 0 {
 			continue
 		}
+		del := qChunkDel
+		if !s.hasPacks(ctx) {
+			del = qChunkDelOld
+		}
+		var pack sql.NullInt64
+		if err := w.queryRow(ctx, del, id).Scan(&pack); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if pack.Valid {
+			if packs == nil {
+				packs = map[int64]bool{}
+			}
+			packs[pack.Int64] = true
+		}
 		for _, q := range []struct {
 			sql string
 			arg any
-		}{{qChunkDel, id}, {qChunkDelRef, id}, {qChunkDelAdr, cc.Addr[:]}} {
+		}{{qChunkDelRef, id}, {qChunkDelAdr, cc.Addr[:]}} {
 			if _, err := w.exec(ctx, q.sql, q.arg); err != nil {
 				return err
 			}
 		}
+	}
+	if err := s.settlePacks(ctx, w, packs); err != nil {
+		return err
 	}
 	if freed {
 		s.deletes.Add(1) // the background vacuum returns the pages to the file system
@@ -266,8 +285,8 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 type queryFunc func(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 
 // openChunked rebuilds and verifies a chunked value (its row's data, size and SHA-256) through
-// query: its runs in one statement, its chunks in another. Damage is an error matching
-// chunk.ErrCorrupt (store.ChunkedReason).
+// query: its runs in one statement, its chunks in another, then the packs they lie in (each
+// once). Damage is an error matching chunk.ErrCorrupt (store.ChunkedReason).
 func (s *Store) openChunked(ctx context.Context, query queryFunc, indexData []byte, size int64, sha []byte) ([]byte, error) {
 	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
 		out := make(map[chunk.Address][]byte, len(addrs))
@@ -284,19 +303,7 @@ func (s *Store) openChunked(ctx context.Context, query queryFunc, indexData []by
 		return out, err
 	}
 	chunks := func(addrs []chunk.Address) (map[chunk.Address]store.ChunkRow, error) {
-		out := make(map[chunk.Address]store.ChunkRow, len(addrs))
-		err := eachAddrRow(ctx, query, qChunksByAddr, addrs, func(rows *sql.Rows) error {
-			var a []byte
-			var r store.ChunkRow
-			if err := rows.Scan(&a, &r.Enc, &r.Size, &r.Data); err != nil {
-				return err
-			}
-			if len(a) == len(chunk.Address{}) {
-				out[chunk.Address(a)] = r
-			}
-			return nil
-		})
-		return out, err
+		return s.fetchChunks(ctx, query, addrs)
 	}
 	return s.codec.OpenChunked(indexData, size, sha, runs, chunks)
 }
@@ -483,6 +490,9 @@ func (s *Store) auditChunks(ctx context.Context, tx *rtx, audit *store.RefAudit)
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := s.auditPacks(ctx, tx, audit); err != nil {
 		return nil, err
 	}
 	// rows no address leads to (they would never be collected)

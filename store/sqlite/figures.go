@@ -217,7 +217,7 @@ func (s *Store) CheckFigures(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		rf, err := recountFootprint(ctx, tx)
+		rf, err := recountFootprint(ctx, tx, s.hasPacks(ctx))
 		if err != nil {
 			return err
 		}

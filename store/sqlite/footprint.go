@@ -8,8 +8,15 @@ import (
 	"github.com/ckptd/ckptd/store/chunk"
 )
 
-const qChunkBytesByAddr = addrCTE + `SELECT a.address, length(c.data) FROM k
+// qChunkBytesByAddr reads the stored bytes of chunks by address: a chunk in a pack counts its
+// own bytes there (its pack's other bytes are other chunks'); qChunkBytesByAddrNoPacks is it on
+// a database without packs.
+const (
+	qChunkBytesByAddr = addrCTE + `SELECT a.address, coalesce(c.pack_len, length(c.data)) FROM k
 	CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32) CROSS JOIN chunks c ON c.id = a.id`
+	qChunkBytesByAddrNoPacks = addrCTE + `SELECT a.address, length(c.data) FROM k
+	CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32) CROSS JOIN chunks c ON c.id = a.id`
+)
 
 // Footprints reports the logical and stored bytes of the database, of the workflows and of the
 // LangGraph threads req names (store.Footprint), from one snapshot.
@@ -43,7 +50,7 @@ func (s *Store) ownerFootprints(ctx context.Context, tx *rtx, req store.Footprin
 		}
 	}
 	if req.AllThreads || len(req.Threads) > 0 {
-		if rep.Threads, err = threadFootprints(ctx, tx, req); err != nil {
+		if rep.Threads, err = s.threadFootprints(ctx, tx, req); err != nil {
 			return err
 		}
 	}
@@ -121,12 +128,12 @@ func (s *Store) workflowFootprints(ctx context.Context, tx *rtx, req store.Footp
 			return nil, err
 		}
 	}
-	return chunkedFootprints(ctx, tx, owners)
+	return s.chunkedFootprints(ctx, tx, owners)
 }
 
 // chunkedFootprints computes the footprints of owners: their rows plus the distinct runs and
 // chunks their indexes list, each once.
-func chunkedFootprints(ctx context.Context, tx *rtx, owners map[string]*store.OwnerValues) (map[string]store.Footprint, error) {
+func (s *Store) chunkedFootprints(ctx context.Context, tx *rtx, owners map[string]*store.OwnerValues) (map[string]store.Footprint, error) {
 	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
 		out := make(map[chunk.Address][]byte, len(addrs))
 		err := eachAddrRow(ctx, tx.cached, qRunsByAddr, addrs, func(rows *sql.Rows) error {
@@ -143,7 +150,11 @@ func chunkedFootprints(ctx context.Context, tx *rtx, owners map[string]*store.Ow
 	}
 	sizes := func(addrs []chunk.Address) (map[chunk.Address]int64, error) {
 		out := make(map[chunk.Address]int64, len(addrs))
-		err := eachAddrRow(ctx, tx.cached, qChunkBytesByAddr, addrs, func(rows *sql.Rows) error {
+		q := qChunkBytesByAddrNoPacks
+		if s.hasPacks(ctx) {
+			q = qChunkBytesByAddr
+		}
+		err := eachAddrRow(ctx, tx.cached, q, addrs, func(rows *sql.Rows) error {
 			var a []byte
 			var n int64
 			if err := rows.Scan(&a, &n); err != nil {
@@ -161,7 +172,7 @@ func chunkedFootprints(ctx context.Context, tx *rtx, owners map[string]*store.Ow
 
 // threadFootprints adds up the LangGraph rows of the threads req names, and the distinct runs
 // and chunks of their chunked values.
-func threadFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) (map[string]store.Footprint, error) {
+func (s *Store) threadFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) (map[string]store.Footprint, error) {
 	owners := map[string]*store.OwnerValues{}
 	where, args := "", [][]any{{}}
 	if !req.AllThreads {
@@ -211,7 +222,7 @@ func threadFootprints(ctx context.Context, tx *rtx, req store.FootprintRequest) 
 			return nil, err
 		}
 	}
-	return chunkedFootprints(ctx, tx, owners)
+	return s.chunkedFootprints(ctx, tx, owners)
 }
 
 // footprintCounters are the counters the database's footprint adds up (schema step 13, and
@@ -255,14 +266,19 @@ func readFootprintCounters(ctx context.Context, tx *rtx, cached bool) (footprint
 }
 
 // recountFootprint adds up every value row: what the counters keep, recounted (CheckFigures,
-// and the conformance suite's check of the counters).
-func recountFootprint(ctx context.Context, tx *rtx) (footprintCounters, error) {
+// and the conformance suite's check of the counters). The chunks' bytes are their rows' and
+// their packs' (packs says the database has them).
+func recountFootprint(ctx context.Context, tx *rtx, packs bool) (footprintCounters, error) {
 	var k footprintCounters
+	packBytes := `0`
+	if packs {
+		packBytes = `(SELECT coalesce(sum(length(data)), 0) FROM packs)`
+	}
 	err := tx.QueryRowContext(ctx, `SELECT (SELECT coalesce(sum(size), 0) FROM checkpoints),
 		(SELECT coalesce(sum(length(data)), 0) FROM states),
 		(SELECT coalesce(sum(CASE WHEN encoding = 4 THEN size ELSE length(value) END), 0) FROM writes),
 		(SELECT coalesce(sum(length(value)), 0) FROM writes),
-		(SELECT count(*) FROM chunk_addrs), (SELECT coalesce(sum(length(data)), 0) FROM chunks),
+		(SELECT count(*) FROM chunk_addrs), (SELECT coalesce(sum(length(data)), 0) FROM chunks) + `+packBytes+`,
 		(SELECT count(*) FROM run_addrs), (SELECT coalesce(sum(length(data)), 0) FROM runs),
 		(SELECT coalesce(sum(size), 0) FROM lg_checkpoints) + (SELECT coalesce(sum(size), 0) FROM lg_blobs)
 			+ (SELECT coalesce(sum(size), 0) FROM lg_writes),
@@ -279,7 +295,7 @@ func recountFootprint(ctx context.Context, tx *rtx) (footprintCounters, error) {
 func (s *Store) RecountFootprint(ctx context.Context) (store.FootprintReport, error) {
 	var rep store.FootprintReport
 	err := s.readTx(ctx, func(tx *rtx) error {
-		k, err := recountFootprint(ctx, tx)
+		k, err := recountFootprint(ctx, tx, s.hasPacks(ctx))
 		if err != nil {
 			return err
 		}

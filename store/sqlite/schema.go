@@ -567,7 +567,46 @@ CREATE INDEX workflows_retained ON workflows(workflow_id) WHERE retention IS NOT
 	`
 UPDATE lg_writes SET encoding = encoding WHERE 0;
 `,
+	// 17: packs (store/sqlite/packs.go): the new chunks of one stored value go together
+	// into one row of packs, so that a file of ~2 KiB chunk rows, one or two to a 4 KiB leaf,
+	// does not keep a quarter of its chunk pages empty. packsStep finds it by content.
+	packsMigration,
 }
+
+// packsMigration is the schema step that adds packs (its number is packsStep).
+const packsMigration = `
+CREATE TABLE packs (
+	id   INTEGER PRIMARY KEY,
+	data BLOB NOT NULL                -- the stored bytes of its chunks, one after another
+);
+-- A chunk in a pack keeps an empty data; pack, pack_off and pack_len say where its bytes are.
+ALTER TABLE chunks ADD COLUMN pack INTEGER;      -- packs.id; NULL: data holds the bytes
+ALTER TABLE chunks ADD COLUMN pack_off INTEGER;  -- offset of its bytes in packs.data
+ALTER TABLE chunks ADD COLUMN pack_len INTEGER;  -- their length
+CREATE INDEX chunks_pack ON chunks(pack, pack_len) WHERE pack IS NOT NULL;
+
+-- counters.chunk_bytes (step 13) counts the packs' bytes too, the bytes of chunks no value
+-- lists any more that their pack keeps included.
+CREATE TRIGGER packs_footprint_ins AFTER INSERT ON packs BEGIN
+	UPDATE counters SET chunk_bytes = chunk_bytes + length(NEW.data) WHERE id = 1;
+END;
+CREATE TRIGGER packs_footprint_upd AFTER UPDATE OF data ON packs BEGIN
+	UPDATE counters SET chunk_bytes = chunk_bytes + length(NEW.data) - length(OLD.data) WHERE id = 1;
+END;
+CREATE TRIGGER packs_footprint_del AFTER DELETE ON packs BEGIN
+	UPDATE counters SET chunk_bytes = chunk_bytes - length(OLD.data) WHERE id = 1;
+END;
+`
+
+// packsStep is the schema version from which the database has packs.
+var packsStep = func() int {
+	for i, m := range migrations {
+		if m == packsMigration {
+			return i + 1
+		}
+	}
+	panic("sqlite: the packs migration is not in migrations")
+}()
 
 // lgFootprintTriggers keeps counters.lg_logical and lg_stored for one LangGraph table (step 13).
 func lgFootprintTriggers(table string) string {

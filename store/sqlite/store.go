@@ -121,6 +121,8 @@ type Store struct {
 	// lgVariantsHas: the database has schema version 9's LangGraph columns (salvage.go).
 	lgVariantsOnce sync.Once
 	lgVariantsHas  bool
+	// packs: the database has packs (schema step 17; packs.go).
+	packs packsFlag
 	// bites sizes and counts the bites of long maintenance (bites.go).
 	bites *store.Bites
 	// sweeping holds the workflows whose retention is being swept (sweepLater); under mu.
@@ -459,6 +461,7 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 	if err := migrate(ctx, s.wconn, target, s.retry); err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)
 	}
+	s.packs.once.Do(func() { s.packs.has = target >= packsStep })
 	if created {
 		// Get the header page into the main file now, so the file never looks empty.
 		_ = s.retry(ctx, func() error {

@@ -165,11 +165,15 @@ func (b *testBackend) StopWrites(t testing.TB, reason, detail string) {
 }
 
 func (b *testBackend) SetChunkRaw(t testing.TB, addr chunk.Address, raw []byte) {
+	if setPackedChunkRaw(t, b.Path(), addr, raw) {
+		return
+	}
 	b.exec(t, 1, `UPDATE chunks SET encoding = 0, size = ?, data = ? WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`,
 		len(raw), raw, addr[:])
 }
 
 func (b *testBackend) DropChunk(t testing.TB, addr chunk.Address) {
+	defer dropEmptyPacks(t, b.Path()) // a pack of no chunk left is the chunk's bytes gone
 	b.exec(t, 1, `DELETE FROM chunks WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`, addr[:])
 	b.exec(t, 1, `DELETE FROM chunk_refs WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?)`, addr[:])
 	b.exec(t, 1, `DELETE FROM chunk_addrs WHERE address = ?`, addr[:])
@@ -234,5 +238,6 @@ func (b *testBackend) ChunkRows(t testing.TB) (runs, chunks int) {
 		require.NoError(t, db.QueryRow(q).Scan(&n))
 		require.Zero(t, n, "rows without an address: %s", q)
 	}
+	checkPacks(t, db)
 	return runs, chunks
 }

@@ -447,9 +447,10 @@ def test_keep_last_over_a_long_chat(db: str, backend: str, ckptd_bin: str, ref: 
         size = os.path.getsize(db)
         print("keep_last=20 over %d turns: %d checkpoints kept; file %d bytes, stored %d bytes (%.2fx)"
               % (turns, len(hist), size, stored, size / stored))
-        # the channel values are chunked (~2 KiB chunks, one or two to a 4 KiB page: a quarter of
-        # the chunks' pages is slack), so the file is up to ~1.7x what the threads keep
-        assert size <= 1.75 * stored, (size, stored)
+        # the channel values are chunked (~2 KiB chunks), the chunks each put adds packed
+        # together into rows whose overflow pages SQLite fills: the file is ~1.45x what the
+        # threads keep (indexes, LangGraph rows' pages, packs' bytes of chunks no longer listed)
+        assert size <= 1.5 * stored, (size, stored)
 
 
 def test_idle_thread_gone_after_the_next_sweep(db: str, ckptd_bin: str) -> None:
