@@ -188,7 +188,8 @@ func (s *Store) checkFiles() error {
 		path string
 		was  os.FileInfo
 		name string
-	}{{s.path, s.files.db, "database file"}, {s.path + "-wal", s.files.wal, "write-ahead log (-wal)"}} {
+		wal  bool
+	}{{s.path, s.files.db, "database file", false}, {s.path + "-wal", s.files.wal, "write-ahead log (-wal)", true}} {
 		if f.was == nil {
 			continue
 		}
@@ -200,6 +201,14 @@ func (s *Store) checkFiles() error {
 			s.stopWrites(store.ReasonRemoved, fmt.Sprintf("the %s %s was deleted while ckptd had it open "+
 				"(its directory removed, or the file unlinked): nothing written from now on could be read back once ckptd exits. "+
 				"ckptd stopped writing and answers reads from what it still has open; restart it to create a new database, "+
+				"or export what you need first (reads still work)", f.name, f.path))
+		case err == nil && f.wal:
+			// The WAL that ckptd writes was unlinked: whether another WAL appeared at its path
+			// since (SQLite creates one when a connection opens the database and finds none) is
+			// a matter of timing, the loss is the same.
+			s.stopWrites(store.ReasonRemoved, fmt.Sprintf("the %s %s was deleted while ckptd had it open "+
+				"(another file is at that path now): nothing written from now on could be read back once ckptd exits. "+
+				"ckptd stopped writing and answers reads from what it still has open; restart it to use the database again, "+
 				"or export what you need first (reads still work)", f.name, f.path))
 		case err == nil:
 			s.stopWrites(store.ReasonReplaced, fmt.Sprintf("%s is no longer the %s ckptd opened: another file was "+
