@@ -128,12 +128,12 @@ func (w *wtx) lgDeleteRows(ctx context.Context, q string, args ...any) (int64, e
 	return n, nil
 }
 
-// releaseSelected releases the chunked values whose indexes q (selecting one index or NULL per
-// row) returns: rows a statement that follows replaces.
-func (w *wtx) releaseSelected(ctx context.Context, q string, args ...any) error {
+// selectIndexes returns the chunked values' indexes q selects (one index or NULL per row; the
+// NULLs left out).
+func (w *wtx) selectIndexes(ctx context.Context, q string, args ...any) ([][]byte, error) {
 	rows, err := w.query(ctx, q, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var indexes [][]byte
 	err = eachRow(rows, func(rows pgx.Rows) error {
@@ -146,6 +146,13 @@ func (w *wtx) releaseSelected(ctx context.Context, q string, args ...any) error 
 		}
 		return nil
 	})
+	return indexes, err
+}
+
+// releaseSelected releases the chunked values whose indexes q (selecting one index or NULL per
+// row) returns: rows a statement that follows replaces.
+func (w *wtx) releaseSelected(ctx context.Context, q string, args ...any) error {
+	indexes, err := w.selectIndexes(ctx, q, args...)
 	if err != nil || len(indexes) == 0 {
 		return err
 	}
@@ -156,21 +163,7 @@ func (w *wtx) releaseSelected(ctx context.Context, q string, args ...any) error 
 // refSelected counts one more listing of the runs of every chunked value q (selecting one index
 // or NULL per row) returns: rows a copy listed again.
 func (w *wtx) refSelected(ctx context.Context, q string, args ...any) error {
-	rows, err := w.query(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	var indexes [][]byte
-	err = eachRow(rows, func(rows pgx.Rows) error {
-		var idx []byte
-		if err := rows.Scan(&idx); err != nil {
-			return err
-		}
-		if idx != nil {
-			indexes = append(indexes, idx)
-		}
-		return nil
-	})
+	indexes, err := w.selectIndexes(ctx, q, args...)
 	if err != nil {
 		return err
 	}
