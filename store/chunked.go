@@ -1,11 +1,13 @@
 package store
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ckptd/ckptd/store/chunk"
 )
@@ -198,10 +200,26 @@ func (c *Codec) OpenChunked(indexData []byte, size int64, sha []byte, runs Batch
 	if err != nil {
 		return nil, err
 	}
-	rows, err := chunks(recipe.Distinct())
+	places := layout(recipe)
+	addrs = make([]chunk.Address, len(places))
+	for i, p := range places {
+		addrs[i] = p.addr
+	}
+	rows, err := chunks(addrs)
 	if err != nil {
 		return nil, err
 	}
+	if out, ok := c.assemble(recipe, places, rows); ok {
+		return out, nil
+	}
+	// Something does not fit (damage, or a value too large to reserve at once): the step by step
+	// rebuild says exactly what.
+	return c.reassemble(recipe, rows)
+}
+
+// reassemble decodes every chunk on its own and hands them to chunk.Reassemble, which checks
+// each chunk and the value and names what is damaged.
+func (c *Codec) reassemble(recipe chunk.Recipe, rows map[chunk.Address]ChunkRow) ([]byte, error) {
 	raw := make(map[chunk.Address][]byte, len(rows))
 	for a, r := range rows {
 		b, derr := c.Decode(r.Data, r.Enc, r.Size)
@@ -211,6 +229,152 @@ func (c *Codec) OpenChunked(indexData []byte, size int64, sha []byte, runs Batch
 		raw[a] = b
 	}
 	return chunk.Reassemble(recipe, fromMap(raw))
+}
+
+// chunkPlace is a distinct chunk of a recipe where it is first used: its address, its offset
+// in the value and its size.
+type chunkPlace struct {
+	addr chunk.Address
+	off  int64
+	size int
+}
+
+// layout lists the distinct chunks of a valid recipe in order of first use (Recipe.Distinct),
+// with where they first appear.
+func layout(r chunk.Recipe) []chunkPlace {
+	seen := make(map[chunk.Address]struct{}, len(r.Chunks))
+	out := make([]chunkPlace, 0, len(r.Chunks))
+	var off int64
+	for _, ref := range r.Chunks {
+		if _, ok := seen[ref.Addr]; !ok {
+			seen[ref.Addr] = struct{}{}
+			out = append(out, chunkPlace{addr: ref.Addr, off: off, size: ref.Size})
+		}
+		off += int64(ref.Size)
+	}
+	return out
+}
+
+// assembleCap bounds the value assemble reserves up front (like chunk.Reassemble's cap: a
+// damaged recipe claiming a huge size must not allocate it); larger values take reassemble.
+const assembleCap = 64 << 20
+
+// parallelChunks: values of at least this many distinct chunks are decoded on several
+// goroutines (a 100 KB value has ~25).
+const parallelChunks = 8
+
+// decodeSlack is what the zstd decoder needs past a block's end to use its fast copies
+// (klauspost/compress: compressedBlockOverAlloc); without it, it copies bounds-exactly, ~20%
+// slower on our ~4 KiB chunks.
+const decodeSlack = 16
+
+// assemble is chunk.Reassemble without its copies: every distinct chunk is decoded straight
+// into its first place in the value (on several goroutines for a large value) and its SHA-256
+// checked against its address there, repeats are copied from the first place, and the whole
+// value's size and SHA-256 are checked. The checks are Reassemble's, on the same bytes; ok is
+// false when any fails (or a chunk is missing, of the wrong size, or does not decode): the
+// caller then rebuilds with reassemble, which names the damage.
+//
+// The distinct chunks are split into contiguous segments, one per goroutine, each decoded in
+// offset order. A chunk may be decoded with decodeSlack bytes of room past its end (the
+// decoder's fast copies scribble there) when those bytes lie in its own segment: they belong to
+// a later chunk of the segment, decoded afterwards by the same goroutine, or to a repeat,
+// copied once every goroutine is done. So no goroutine touches another's bytes, and no
+// scribble outlives the decoding.
+func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Address]ChunkRow) (_ []byte, ok bool) {
+	if r.Size > assembleCap || len(rows) < len(places) {
+		return nil, false
+	}
+	buf := make([]byte, r.Size+decodeSlack)
+	out := buf[:r.Size]
+	one := func(p chunkPlace, limit int64) bool {
+		row, found := rows[p.addr]
+		if !found || row.Size != int64(p.size) {
+			return false
+		}
+		end := p.off + int64(p.size)
+		dst := buf[p.off:end:end]
+		switch row.Enc {
+		case EncRaw, EncRawPending:
+			if len(row.Data) != p.size {
+				return false
+			}
+			copy(dst, row.Data)
+		case EncZstd:
+			room := end
+			if end+decodeSlack <= limit {
+				room = end + decodeSlack
+			}
+			// Never more than room: the decoder does not grow dst (WithDecodeAllCapLimit).
+			got, err := c.dec.DecodeAll(row.Data, buf[p.off:p.off:room])
+			if err != nil || len(got) != p.size || &got[0] != &dst[0] {
+				return false
+			}
+		default:
+			return false
+		}
+		return chunk.AddressOf(dst) == p.addr
+	}
+	// segment decodes places[lo:hi]; limit: where the next segment's bytes begin.
+	segment := func(lo, hi int, limit int64) bool {
+		for _, p := range places[lo:hi] {
+			if !one(p, limit) {
+				return false
+			}
+		}
+		return true
+	}
+	par := min(runtime.GOMAXPROCS(0), 4, len(places)/(parallelChunks/2))
+	if len(places) < parallelChunks || par < 2 {
+		if !segment(0, len(places), int64(len(buf))) {
+			return nil, false
+		}
+	} else {
+		var failed atomic.Bool
+		var wg sync.WaitGroup
+		per := (len(places) + par - 1) / par
+		for lo := 0; lo < len(places); lo += per {
+			hi := min(lo+per, len(places))
+			limit := int64(len(buf))
+			if hi < len(places) {
+				limit = places[hi].off
+			}
+			if hi == len(places) { // the last segment on this goroutine
+				if !segment(lo, hi, limit) {
+					failed.Store(true)
+				}
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !segment(lo, hi, limit) {
+					failed.Store(true)
+				}
+			}()
+		}
+		wg.Wait()
+		if failed.Load() {
+			return nil, false
+		}
+	}
+	if len(places) < len(r.Chunks) { // repeats: the same bytes as their first place, checked there
+		first := make(map[chunk.Address]int64, len(places))
+		for _, p := range places {
+			first[p.addr] = p.off
+		}
+		var off int64
+		for _, ref := range r.Chunks {
+			if src := first[ref.Addr]; src != off {
+				copy(out[off:off+int64(ref.Size)], out[src:src+int64(ref.Size)])
+			}
+			off += int64(ref.Size)
+		}
+	}
+	if sha256.Sum256(out) != r.SHA256 {
+		return nil, false
+	}
+	return out[:r.Size:r.Size], true
 }
 
 // chunkDecodeError says a stored chunk does not decode (unknown encoding, bad zstd frame, wrong

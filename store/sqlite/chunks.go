@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ckptd/ckptd/store"
 	"github.com/ckptd/ckptd/store/chunk"
@@ -57,9 +58,13 @@ const (
 	qRunAddr      = `INSERT OR REPLACE INTO run_addrs(address, id) VALUES (?, ?)`
 	qRunRefs      = `INSERT OR REPLACE INTO run_refs(id, refs) VALUES (?, ?)`
 	qChunkUp      = `UPDATE chunk_refs SET refs = refs + ?1 WHERE id = (SELECT id FROM chunk_addrs WHERE address = ?2)`
-	qChunkIns     = `INSERT INTO chunks(encoding, size, data) VALUES (?, ?, ?)`
-	qChunkAddr    = `INSERT OR REPLACE INTO chunk_addrs(address, id) VALUES (?, ?)`
-	qChunkRefs    = `INSERT OR REPLACE INTO chunk_refs(id, refs) VALUES (?, ?)`
+	// countBatched's statements: the ids of addresses, then one count change per distinct change
+	qChunkIDsByAddr = addrCTE + `SELECT a.address, a.id FROM k CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32)`
+	qChunksAdd      = `UPDATE chunk_refs SET refs = refs + ?1 WHERE id IN (SELECT value FROM json_each(?2)) RETURNING id, refs`
+	qRunsAdd        = `UPDATE run_refs SET refs = refs + ?1 WHERE id IN (SELECT value FROM json_each(?2)) RETURNING id, refs`
+	qChunkIns       = `INSERT INTO chunks(encoding, size, data) VALUES (?, ?, ?)`
+	qChunkAddr      = `INSERT OR REPLACE INTO chunk_addrs(address, id) VALUES (?, ?)`
+	qChunkRefs      = `INSERT OR REPLACE INTO chunk_refs(id, refs) VALUES (?, ?)`
 
 	qRunDown     = `UPDATE run_refs SET refs = refs - ?1 WHERE id = (SELECT id FROM run_addrs WHERE address = ?2) RETURNING id, refs`
 	qRunDel      = `DELETE FROM runs WHERE id = ? RETURNING data`
@@ -112,13 +117,24 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 		chunks.AddRefs(1, run.Refs)
 		added += int64(len(run.Data))
 	}
-	for _, cc := range chunks.Sorted() {
-		res, err := w.exec(ctx, qChunkUp, cc.N, cc.Addr[:])
-		if err != nil {
-			return 0, err
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			continue
+	ccs := chunks.Sorted()
+	counted, err := countBatched(ctx, w, qChunkIDsByAddr, qChunksAdd, ccs, 1)
+	if err != nil {
+		return 0, err
+	}
+	for _, cc := range ccs {
+		if counted != nil {
+			if _, ok := counted[cc.Addr]; ok {
+				continue
+			}
+		} else {
+			res, err := w.exec(ctx, qChunkUp, cc.N, cc.Addr[:])
+			if err != nil {
+				return 0, err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				continue
+			}
 		}
 		data, enc, size := cv.Packed(cc.Addr)
 		fresh = append(fresh, newChunk{addr: cc.Addr, refs: cc.N, data: data, enc: enc, size: size})
@@ -176,6 +192,104 @@ func (s *Store) countStoredRuns(ctx context.Context, w *wtx, rcs []chunk.Count) 
 	return stored, nil
 }
 
+// idRefs is a stored run's or chunk's row id and its count after countBatched changed it.
+type idRefs struct{ id, refs int64 }
+
+// countBatchedMin: values listing fewer runs or chunks than this are counted one statement each.
+const countBatchedMin = 4
+
+// countBatched adds sign*N to the count of each address of cs in a few statements: the ids of
+// the addresses (idsQ, one of the by-address queries), then one UPDATE per distinct N
+// (addQ: refs + ?1 for the ids in the JSON list ?2, RETURNING id, refs). It returns the
+// addresses counted with their ids and new counts; an address not stored (or without a count
+// row) is absent, as the one-address statements (qChunkUp, qRunDown, qChunkDown) would leave
+// it. nil (nothing done) for fewer than countBatchedMin addresses, or when two addresses lead
+// to one row (damage: each must be counted on its own): the caller then counts one by one.
+// A released 100 KB state's run lists ~16 chunks: one statement each cost ~0.2 ms a save.
+func countBatched(ctx context.Context, w *wtx, idsQ, addQ string, cs []chunk.Count, sign int64) (map[chunk.Address]idRefs, error) {
+	if len(cs) < countBatchedMin {
+		return nil, nil
+	}
+	addrs := make([]chunk.Address, len(cs))
+	for i, c := range cs {
+		addrs[i] = c.Addr
+	}
+	ids := make(map[chunk.Address]int64, len(cs))
+	owner := make(map[int64]chunk.Address, len(cs))
+	shared := false
+	if err := eachAddrRow(ctx, w.query, idsQ, addrs, func(rows *sql.Rows) error {
+		var a []byte
+		var id int64
+		if err := rows.Scan(&a, &id); err != nil {
+			return err
+		}
+		if len(a) != len(chunk.Address{}) {
+			return nil
+		}
+		if _, dup := owner[id]; dup {
+			shared = true
+		}
+		ids[chunk.Address(a)] = id
+		owner[id] = chunk.Address(a)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if shared {
+		return nil, nil
+	}
+	byN := map[int64][]int64{}
+	for _, c := range cs {
+		if id, ok := ids[c.Addr]; ok {
+			byN[c.N] = append(byN[c.N], id)
+		}
+	}
+	ns := make([]int64, 0, len(byN))
+	for n := range byN {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns) // a deterministic statement order
+	out := make(map[chunk.Address]idRefs, len(ids))
+	for _, n := range ns {
+		js, err := json.Marshal(byN[n])
+		if err != nil {
+			return nil, err
+		}
+		rows, err := w.query(ctx, addQ, sign*n, string(js))
+		if err != nil {
+			return nil, err
+		}
+		if err := eachRow(ctx, rows, func(rows *sql.Rows) error {
+			var r idRefs
+			if err := rows.Scan(&r.id, &r.refs); err != nil {
+				return err
+			}
+			if a, ok := owner[r.id]; ok {
+				out[a] = r
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// countedDown returns c's id and count after counting it down: from counted (countBatched's
+// answer) when it is not nil, else with downQ (one address). found is false when c is not
+// stored.
+func countedDown(ctx context.Context, w *wtx, counted map[chunk.Address]idRefs, downQ string, c chunk.Count) (id, refs int64, found bool, err error) {
+	if counted != nil {
+		r, ok := counted[c.Addr]
+		return r.id, r.refs, ok, nil
+	}
+	err = w.queryRow(ctx, downQ, c.N, c.Addr[:]).Scan(&id, &refs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	return id, refs, err == nil, err
+}
+
 // release records that a value whose index is indexData (the addresses of its runs) is no
 // longer stored: its runs are counted down when the job ends (flushReleases). A malformed
 // index releases nothing (verify reports what it leaves behind).
@@ -204,14 +318,18 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 	chunks := chunk.Tally{}
 	freed := false
 	var packs map[int64]bool
-	for _, rc := range runs.Sorted() {
-		var id, refs int64
-		err := w.queryRow(ctx, qRunDown, rc.N, rc.Addr[:]).Scan(&id, &refs)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // not stored: nothing to count down (verify reports the dangling listing)
-		}
+	rcs := runs.Sorted()
+	runsLeft, err := countBatched(ctx, w, qRunIDsByAddr, qRunsAdd, rcs, -1)
+	if err != nil {
+		return err
+	}
+	for _, rc := range rcs {
+		id, refs, found, err := countedDown(ctx, w, runsLeft, qRunDown, rc)
 		if err != nil {
 			return err
+		}
+		if !found {
+			continue // not stored: nothing to count down (verify reports the dangling listing)
 		}
 		if refs > 0 {
 			continue
@@ -237,14 +355,18 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 		}
 		chunks.AddRefs(1, refsOf)
 	}
-	for _, cc := range chunks.Sorted() {
-		var id, refs int64
-		err := w.queryRow(ctx, qChunkDown, cc.N, cc.Addr[:]).Scan(&id, &refs)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
+	ccs := chunks.Sorted()
+	chunksLeft, err := countBatched(ctx, w, qChunkIDsByAddr, qChunksAdd, ccs, -1)
+	if err != nil {
+		return err
+	}
+	for _, cc := range ccs {
+		id, refs, found, err := countedDown(ctx, w, chunksLeft, qChunkDown, cc)
 		if err != nil {
 			return err
+		}
+		if !found {
+			continue
 		}
 		if refs > 0 {
 			continue
