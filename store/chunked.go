@@ -58,6 +58,44 @@ func NewChunkedValue(v []byte, base *ValueBase, codec *Codec, compress bool) *Ch
 
 // newChunkedValue is NewChunkedValue with v's SHA-256 already known when sum is not nil.
 func newChunkedValue(v []byte, sum *[32]byte, base *ValueBase, codec *Codec, compress bool) *ChunkedValue {
+	cv, fresh := cutChunkedValue(v, sum, base, codec, compress)
+	cv.packAll(fresh)
+	return cv
+}
+
+// CutChunkedValue is NewChunkedValue without a base and without compressing anything yet: the
+// caller finds out which chunks its backend already stores and compresses the others with
+// PackMissing (a chunk still missing when the value is stored is compressed then: Packed).
+func CutChunkedValue(v []byte, codec *Codec, compress bool) *ChunkedValue {
+	cv, _ := cutChunkedValue(v, nil, nil, codec, compress)
+	return cv
+}
+
+// Chunks lists the addresses of the value's distinct chunks.
+func (cv *ChunkedValue) Chunks() []chunk.Address {
+	out := make([]chunk.Address, 0, len(cv.chunks))
+	for a := range cv.chunks {
+		out = append(out, a)
+	}
+	return out
+}
+
+// PackMissing compresses the chunks stored does not list (in parallel when there are many):
+// the ones a backend does not hold yet, whose compression it would otherwise do while storing
+// the value.
+func (cv *ChunkedValue) PackMissing(stored map[chunk.Address]bool) {
+	var fresh []*StoredChunk
+	for a, c := range cv.chunks {
+		if !stored[a] {
+			fresh = append(fresh, c)
+		}
+	}
+	cv.packAll(fresh)
+}
+
+// cutChunkedValue cuts v and returns the value with the chunks base does not have (all without
+// base), not compressed yet.
+func cutChunkedValue(v []byte, sum *[32]byte, base *ValueBase, codec *Codec, compress bool) (*ChunkedValue, []*StoredChunk) {
 	var recipe chunk.Recipe
 	var cs []chunk.Chunk
 	switch {
@@ -95,8 +133,7 @@ func newChunkedValue(v []byte, sum *[32]byte, base *ValueBase, codec *Codec, com
 			fresh = append(fresh, sc)
 		}
 	}
-	cv.packAll(fresh)
-	return cv
+	return cv, fresh
 }
 
 // packAll compresses chunks, on up to GOMAXPROCS goroutines when there are many.

@@ -254,3 +254,39 @@ func BenchmarkOpenChunked(b *testing.B) {
 		})
 	}
 }
+
+// TestCutChunkedValuePackMissing: a value cut without compressing compresses only the chunks it
+// is told are missing; the others are compressed only if asked for (Packed), and both give the
+// bytes NewChunkedValue would store.
+func TestCutChunkedValuePackMissing(t *testing.T) {
+	c, err := NewCodec(1 << 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v := jsonLike(rand.New(rand.NewPCG(3, 3)), 200<<10)
+	want := NewChunkedValue(v, nil, c, true)
+	cv := CutChunkedValue(v, c, true)
+	addrs := cv.Chunks()
+	if len(addrs) != len(want.chunks) || len(addrs) < 4 {
+		t.Fatalf("%d chunks, want %d (at least 4)", len(addrs), len(want.chunks))
+	}
+	stored := map[chunk.Address]bool{}
+	for _, a := range addrs[:len(addrs)/2] {
+		stored[a] = true
+	}
+	cv.PackMissing(stored)
+	for _, a := range addrs {
+		if got := cv.chunks[a].packed; got == stored[a] {
+			t.Errorf("chunk %s: packed %v, stored %v", a, got, stored[a])
+		}
+		d, enc, size := cv.Packed(a)
+		wd, wenc, wsize := want.Packed(a)
+		if enc != wenc || size != wsize || !bytes.Equal(d, wd) {
+			t.Errorf("chunk %s: packed as %d (%d bytes), want %d (%d bytes)", a, enc, len(d), wenc, len(wd))
+		}
+	}
+	if !bytes.Equal(cv.IndexData(), want.IndexData()) {
+		t.Error("index differs")
+	}
+}
