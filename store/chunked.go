@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ckptd/ckptd/store/chunk"
 )
@@ -296,35 +295,30 @@ func layout(r chunk.Recipe) []chunkPlace {
 // damaged recipe claiming a huge size must not allocate it); larger values take reassemble.
 const assembleCap = 64 << 20
 
-// parallelChunks: values of at least this many distinct chunks are decoded on several
-// goroutines (a 100 KB value has ~25).
-const parallelChunks = 8
-
 // decodeSlack is what the zstd decoder needs past a block's end to use its fast copies
-// (klauspost/compress: compressedBlockOverAlloc); without it, it copies bounds-exactly, ~20%
-// slower on our ~4 KiB chunks.
+// (klauspost/compress: compressedBlockOverAlloc); without it, it copies bounds-exactly, ~15-20%
+// slower on our ~2 KiB chunks.
 const decodeSlack = 16
 
 // assemble is chunk.Reassemble without its copies: every distinct chunk is decoded straight
-// into its first place in the value (on several goroutines for a large value) and its SHA-256
-// checked against its address there, repeats are copied from the first place, and the whole
+// into its first place in the value and its SHA-256 checked against its address there, repeats are copied from the first place, and the whole
 // value's size and SHA-256 are checked. The checks are Reassemble's, on the same bytes; ok is
 // false when any fails (or a chunk is missing, of the wrong size, or does not decode): the
 // caller then rebuilds with reassemble, which names the damage.
 //
-// The distinct chunks are split into contiguous segments, one per goroutine, each decoded in
-// offset order. A chunk may be decoded with decodeSlack bytes of room past its end (the
-// decoder's fast copies scribble there) when those bytes lie in its own segment: they belong to
-// a later chunk of the segment, decoded afterwards by the same goroutine, or to a repeat,
-// copied once every goroutine is done. So no goroutine touches another's bytes, and no
-// scribble outlives the decoding.
+// Chunks are decoded in offset order, each with decodeSlack bytes of room past its end (the
+// decoder's fast copies scribble there) inside the value's buffer: those bytes belong to a later
+// chunk, decoded afterwards, or to a repeat, copied once every chunk is decoded, so no scribble
+// outlives the decoding. (Decoding on several goroutines was measured too: on the 2 shared
+// cores of bench/results/2026-11-27-save-load-cost.md it cost more CPU and more latency.)
 func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Address]ChunkRow) (_ []byte, ok bool) {
 	if r.Size > assembleCap || len(rows) < len(places) {
 		return nil, false
 	}
 	buf := make([]byte, r.Size+decodeSlack)
 	out := buf[:r.Size]
-	one := func(p chunkPlace, limit int64) bool {
+	// one decodes p into its place (buf has room for the scribbles past the last chunk).
+	one := func(p chunkPlace) bool {
 		row, found := rows[p.addr]
 		if !found || row.Size != int64(p.size) {
 			return false
@@ -338,12 +332,8 @@ func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Add
 			}
 			copy(dst, row.Data)
 		case EncZstd:
-			room := end
-			if end+decodeSlack <= limit {
-				room = end + decodeSlack
-			}
-			// Never more than room: the decoder does not grow dst (WithDecodeAllCapLimit).
-			got, err := c.dec.DecodeAll(row.Data, buf[p.off:p.off:room])
+			// Never more than end+decodeSlack: the decoder does not grow dst (WithDecodeAllCapLimit).
+			got, err := c.dec.DecodeAll(row.Data, buf[p.off:p.off:end+decodeSlack])
 			if err != nil || len(got) != p.size || &got[0] != &dst[0] {
 				return false
 			}
@@ -352,46 +342,8 @@ func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Add
 		}
 		return chunk.AddressOf(dst) == p.addr
 	}
-	// segment decodes places[lo:hi]; limit: where the next segment's bytes begin.
-	segment := func(lo, hi int, limit int64) bool {
-		for _, p := range places[lo:hi] {
-			if !one(p, limit) {
-				return false
-			}
-		}
-		return true
-	}
-	par := min(runtime.GOMAXPROCS(0), 4, len(places)/(parallelChunks/2))
-	if len(places) < parallelChunks || par < 2 {
-		if !segment(0, len(places), int64(len(buf))) {
-			return nil, false
-		}
-	} else {
-		var failed atomic.Bool
-		var wg sync.WaitGroup
-		per := (len(places) + par - 1) / par
-		for lo := 0; lo < len(places); lo += per {
-			hi := min(lo+per, len(places))
-			limit := int64(len(buf))
-			if hi < len(places) {
-				limit = places[hi].off
-			}
-			if hi == len(places) { // the last segment on this goroutine
-				if !segment(lo, hi, limit) {
-					failed.Store(true)
-				}
-				break
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if !segment(lo, hi, limit) {
-					failed.Store(true)
-				}
-			}()
-		}
-		wg.Wait()
-		if failed.Load() {
+	for _, p := range places {
+		if !one(p) {
 			return nil, false
 		}
 	}
