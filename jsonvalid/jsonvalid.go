@@ -1,10 +1,10 @@
 // Package jsonvalid checks that bytes are one JSON value in valid UTF-8 (exactly what
 // json.Valid(b) && utf8.Valid(b) accepts, several times faster), and checks an edited value
-// without reading all of it again: a validation can leave Marks (the parser's state at token
-// starts about every 64 KiB), and ValidEdit of a value that keeps a prefix and a suffix
-// of a marked base resumes from the last mark before the change and stops as soon as the parser
-// is back in the base's state at the same place in the kept suffix (the rest then parses as it
-// did in the base, which was valid).
+// without reading all of it again: a validation can leave Marks (the parser's state about every
+// 64 KiB, at a token start or between two characters of a string), and ValidEdit of a value that
+// keeps a prefix and a suffix of a marked base resumes from the last mark before the change and
+// stops as soon as the parser is back in the base's state at the same place in the kept suffix
+// (the rest then parses as it did in the base, which was valid).
 package jsonvalid
 
 import (
@@ -25,14 +25,17 @@ var markEvery = 64 << 10
 // open containers); the next token start tries again.
 const maxMarkDepth = 256
 
-// parser states at the top of the loop (a token start)
+// parser states at the top of the loop (a token start, or a character of a string)
 const (
-	stValue = iota // a value must start at i (whitespace skipped)
-	stAfter        // a value just ended at i
-	stKey          // an object key must start at i (whitespace skipped)
+	stValue     = iota // a value must start at i (whitespace skipped)
+	stAfter            // a value just ended at i
+	stKey              // an object key must start at i (whitespace skipped)
+	stString           // inside a string value, a character (or escape, or the closing quote) starts at i
+	stKeyString        // inside an object key, the same
 )
 
-// mark is the parser's state at a token start: at pos, in state, with stack the open
+// mark is the parser's state at a token start or inside a string (one long string, a document
+// or an encoded file, is often most of a state): at pos, in state, with stack the open
 // containers ('{' or '[' each, outermost first). The byte at pos is the last one the parser had
 // looked at to get there.
 type mark struct {
@@ -197,7 +200,11 @@ func (p *parser) run(r resume, sync *syncPoints) bool {
 				}
 				continue
 			case '"':
-				i = validString(b, i)
+				closed := false
+				if i, closed = scanString(b, i+1, p.pause(i+1, sync)); !closed && i >= 0 {
+					state = stString
+					continue
+				}
 			case 't':
 				i = validLiteral(b, i, "true")
 			case 'f':
@@ -238,17 +245,64 @@ func (p *parser) run(r resume, sync *syncPoints) bool {
 			if i >= len(b) || b[i] != '"' {
 				return false
 			}
-			if i = validString(b, i); i < 0 {
+			closed := false
+			if i, closed = scanString(b, i+1, p.pause(i+1, sync)); i < 0 {
 				return false
 			}
-			i = skipWS(b, i)
-			if i >= len(b) || b[i] != ':' {
+			if !closed {
+				state = stKeyString
+				continue
+			}
+			if i = colon(b, i); i < 0 {
 				return false
 			}
-			i = skipWS(b, i+1)
 			state = stValue
+		case stString, stKeyString:
+			// scan to the closing quote, pausing at the next place a mark or a sync point is due
+			closed := false
+			if i, closed = scanString(b, i, p.pause(i, sync)); i < 0 {
+				return false
+			}
+			switch {
+			case !closed:
+			case state == stString:
+				state = stAfter
+			default:
+				if i = colon(b, i); i < 0 {
+					return false
+				}
+				state = stValue
+			}
 		}
 	}
+}
+
+// pause is where a string scanned from i stops early: the next mark's place, or the next sync
+// point after i (len(p.b) when neither is due).
+func (p *parser) pause(i int, sync *syncPoints) int {
+	stop := len(p.b)
+	if p.every > 0 && p.next > i { // (p.next <= i: a state too deep to mark, none is due)
+		stop = min(stop, p.next)
+	}
+	if sync != nil {
+		for k := sync.k; k < len(sync.marks); k++ {
+			if at := sync.marks[k].pos + sync.shift; at > i {
+				stop = min(stop, at)
+				break
+			}
+		}
+	}
+	return stop
+}
+
+// colon returns the index of the value after an object key ending at i (the key's ':' and the
+// whitespace around it skipped), or -1.
+func colon(b []byte, i int) int {
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	return skipWS(b, i+1)
 }
 
 // skipWS returns the index of the first byte at or after i that is not JSON whitespace.
@@ -264,13 +318,15 @@ const (
 	swarHigh = 0x8080808080808080
 )
 
-// validString returns the index just past the valid JSON string starting at b[i] == '"', or -1.
-func validString(b []byte, i int) int {
-	j := i + 1
+// scanString scans a JSON string from b[j], the start of a character inside it (or of its
+// closing quote), and returns the index just past the closing quote with closed true; or, when
+// it reaches stop at the start of a character before that, stop's index (or the first character
+// start after it) with closed false; or -1 if the string is not valid.
+func scanString(b []byte, j, stop int) (int, bool) {
 	for {
 		// Fast path: skip 8 bytes at a time while none is '"', '\\', a control character or
 		// non-ASCII (SWAR: each test is exact about whether any byte matches).
-		for j+8 <= len(b) {
+		for j+8 <= stop {
 			v := binary.LittleEndian.Uint64(b[j:])
 			q := v ^ (swarOnes * '"')
 			s := v ^ (swarOnes * '\\')
@@ -280,40 +336,43 @@ func validString(b []byte, i int) int {
 			j += 8
 		}
 		if j >= len(b) {
-			return -1
+			return -1, false
+		}
+		if j >= stop {
+			return j, false
 		}
 		c := b[j]
 		switch {
 		case c == '"':
-			return j + 1
+			return j + 1, true
 		case c == '\\':
 			if j+1 >= len(b) {
-				return -1
+				return -1, false
 			}
 			switch b[j+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				j += 2
 			case 'u':
 				if j+6 > len(b) {
-					return -1
+					return -1, false
 				}
 				for _, h := range b[j+2 : j+6] {
 					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return -1
+						return -1, false
 					}
 				}
 				j += 6
 			default:
-				return -1
+				return -1, false
 			}
 		case c < 0x20:
-			return -1
+			return -1, false
 		case c < utf8.RuneSelf:
 			j++
 		default:
 			r, size := utf8.DecodeRune(b[j:])
 			if r == utf8.RuneError && size == 1 {
-				return -1
+				return -1, false
 			}
 			j += size
 		}

@@ -209,6 +209,54 @@ func TestValidEditWork(t *testing.T) {
 	require.GreaterOrEqual(t, moved, 2)
 }
 
+// TestValidEditWorkInString: a change followed by one long string (a document, an encoded
+// file) parses only up to the base's next mark inside that string, and an edit that opens or
+// closes a string there is judged as a full validation would.
+func TestValidEditWorkInString(t *testing.T) {
+	doc := strings.Repeat(`lorem ipsum \"dolor\" sit amet, ☃ \u00e9 `, 8000) // ~340 KB
+	base := []byte(`{"messages":[{"id":0}],"step":1,"documents":"` + doc + `","n":1}`)
+	ok, marks := ValidMarked(base)
+	require.True(t, ok)
+	checkMarks(t, base, marks)
+	inString := 0
+	for _, mk := range marks.at {
+		if mk.state == stString {
+			inString++
+		}
+	}
+	require.Greater(t, inString, 3, "marks inside the long string")
+
+	at := strings.Index(string(base), `],"step"`)
+	next := append(append(append([]byte{}, base[:at]...), `,{"id":1}],"step":2`...), base[at+len(`],"step":1`):]...)
+	kp, ks := at, len(base)-at-len(`],"step":1`)
+	ok, m := ValidEdit(base, marks, next, kp, ks)
+	require.True(t, ok)
+	checkMarks(t, next, m)
+	d := len(next) - len(base)
+	moved := 0
+	for _, mk := range m.at {
+		if mk.pos > at+markEvery+100 {
+			k := sortSearch(marks.at, mk.pos-d)
+			require.Less(t, k, len(marks.at))
+			require.Equal(t, mk.pos-d, marks.at[k].pos, "a mark past the parse's end is the base's, moved")
+			moved++
+		}
+	}
+	require.GreaterOrEqual(t, moved, 3)
+
+	// edits inside the string: a quote that ends it early, an escape cut in half, a control
+	// character, a valid change; each verdict is the reference's
+	mid := len(base) / 2
+	for _, ins := range []string{`"`, `\`, "\x01", `\u12`, `x`, `\n`, `","k":"`, "\xe2\x98"} {
+		next := append(append(append([]byte{}, base[:mid]...), ins...), base[mid:]...)
+		ok, m := ValidEdit(base, marks, next, mid, len(base)-mid)
+		require.Equal(t, reference(next), ok, "insert %q", ins)
+		if ok {
+			checkMarks(t, next, m)
+		}
+	}
+}
+
 func sortSearch(ms []mark, pos int) int {
 	for k, m := range ms {
 		if m.pos >= pos {

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -24,10 +25,22 @@ func main() {
 	workflows := flag.Int("workflows", 100, "workflows")
 	threads := flag.Int("threads", 100, "LangGraph threads")
 	per := flag.Int("per", 10, "checkpoints per workflow and per thread")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the fill here")
 	flag.Parse()
 	if *db == "" {
 		fmt.Fprintln(os.Stderr, "fill: -db is required")
 		os.Exit(2)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fill:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if err := run(*db, *workflows, *threads, *per); err != nil {
 		fmt.Fprintln(os.Stderr, "fill:", err)

@@ -8,7 +8,7 @@ package sqlite
 // Tables (schema step 9): chunks and runs hold the bytes by row id; chunk_addrs and run_addrs
 // map an address to its row id; chunk_refs and run_refs count the listings by row id. Counts
 // sit in narrow tables keyed by id rather than beside the bytes or by address: ids are handed
-// out in save order, so the ~45 run counts a save of a grown state increments sit on one or two
+// out in save order, so the ~20 run counts a save of a grown state increments sit on one or two
 // pages, where counts keyed by address would dirty one page per count (measured on the issue's
 // workload: 59 KB of WAL per save against 79 KB with counts keyed by address and 245 KB with
 // counts beside the bytes; 64 KB against 173 KB and 303 KB with ten other workflows stored).
