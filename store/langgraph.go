@@ -48,8 +48,20 @@ type LGBlob struct {
 	Staged int64
 	// Delta, in a put, says Data is only the middle of the value (ResolveLGDeltas).
 	Delta *LGDelta
-	// sum is Data's SHA-256 once a delta was resolved (checked there): not hashed again.
+	// sum is Data's SHA-256 once a delta was resolved (checked there): not hashed again. Data
+	// is then the rebuilt value, a slice of its own.
 	sum *[32]byte
+}
+
+// KeptData is Data for a cache to keep: Data itself when it is a value rebuilt from a delta (a
+// slice no one else holds), else a copy (Data may be part of a larger request buffer).
+func (b *LGBlob) KeptData() []byte { return keptData(b.Data, b.sum) }
+
+func keptData(v []byte, sum *[32]byte) []byte {
+	if sum != nil {
+		return v
+	}
+	return bytes.Clone(v)
 }
 
 // LGWrite is one pending write of a task.

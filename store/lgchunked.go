@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -243,7 +242,12 @@ func (pk LGPacker) value(thread, ns, channel, version string, v []byte, sum *[32
 	if chunk.Inline(len(v)) {
 		p := Pack(v, pk.Threshold)
 		if pk.Cache != nil && len(v) > 0 {
-			pk.Cache.Put(thread, ns, channel, version, bytes.Clone(v), sha256.Sum256(v), nil)
+			h := sum
+			if h == nil {
+				s := sha256.Sum256(v)
+				h = &s
+			}
+			pk.Cache.Put(thread, ns, channel, version, keptData(v, sum), *h, nil)
 		}
 		return p
 	}
@@ -252,8 +256,8 @@ func (pk LGPacker) value(thread, ns, channel, version string, v []byte, sum *[32
 		base = e.Base()
 	}
 	cv := newChunkedValue(v, sum, base, pk.Codec, pk.Threshold >= 0 && len(v) > pk.Threshold)
-	if pk.Cache != nil { // a copy: v may be part of a larger request buffer
-		pk.Cache.Put(thread, ns, channel, version, bytes.Clone(v), cv.Index.SHA256, &cv.Recipe)
+	if pk.Cache != nil {
+		pk.Cache.Put(thread, ns, channel, version, keptData(v, sum), cv.Index.SHA256, &cv.Recipe)
 	}
 	return Packed{Enc: EncChunked, Size: len(v), SHA: cv.SHA256(), Data: cv.IndexData(), CV: cv}
 }

@@ -7,7 +7,6 @@ package postgres
 // collects the value a put of another is committing.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,7 +49,7 @@ func (s *Store) prepareLGPut(req store.LGPutRequest) (*store.LGPrepared, error) 
 			return nil, err
 		}
 		if b.Type != store.LGEmptyType && s.blobs.Keeps(len(b.Data)) {
-			s.blobs.Add(p.Blobs[i].SHA, bytes.Clone(b.Data)) // a copy: b.Data may be part of a larger buffer
+			s.blobs.Add(p.Blobs[i].SHA, b.KeptData())
 		}
 	}
 	return p, nil

@@ -6,7 +6,6 @@ package sqlite
 // These tables are separate from the checkpoints table: no seq, no retention.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -67,8 +66,7 @@ func (s *Store) prepareLGPut(req store.LGPutRequest) (*store.LGPrepared, error) 
 	}
 	for i, b := range req.Blobs {
 		if b.Type != store.LGEmptyType && s.blobs.Keeps(len(b.Data)) {
-			// a copy: b.Data may be part of a larger request buffer
-			s.blobs.Add(p.Blobs[i].SHA, bytes.Clone(b.Data))
+			s.blobs.Add(p.Blobs[i].SHA, b.KeptData())
 		}
 	}
 	return p, nil
@@ -314,19 +312,11 @@ func (s *Store) lgRefs(ctx context.Context, w *wtx, thread, ns, parentID string,
 }
 
 // lgInsertCheckpoint writes (or overwrites) the checkpoint row of p with its value refs and its
-// metadata index rows, in the writer's transaction; it returns the row's id.
+// metadata index rows, in the writer's transaction; it returns the row's id. A new row (the usual
+// case) takes an INSERT and one statement for its metadata rows; an overwritten one an upsert,
+// the removal of its old metadata rows and the new ones.
 func (s *Store) lgInsertCheckpoint(ctx context.Context, w *wtx, p *store.LGPrepared, refs []byte) (int64, error) {
 	r := &p.Req
-	var rowid int64
-	upsert, err := w.wstmt(ctx, `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
-		channel_versions, metadata, type, encoding, size, sha256, data, value_refs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
-		ON CONFLICT(thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
-		created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
-		type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256,
-		data = excluded.data, value_refs = excluded.value_refs RETURNING id`)
-	if err != nil {
-		return 0, err
-	}
 	var data any = p.CP.Data
 	if p.CP.Data == nil { // staged: read it where it is
 		var d []byte
@@ -335,22 +325,49 @@ func (s *Store) lgInsertCheckpoint(ctx context.Context, w *wtx, p *store.LGPrepa
 		}
 		data = d
 	}
-	if err := upsert.QueryRowContext(ctx, r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), p.Micros,
-		string(r.ChannelVersions), nullBytes(p.MetaRaw), r.Type, p.CP.Enc, p.CP.Size, p.CP.SHA, data, nullBytes(refs)).Scan(&rowid); err != nil {
+	args := []any{r.ThreadID, r.Namespace, r.CheckpointID, nullStr(r.ParentID), p.Micros,
+		string(r.ChannelVersions), nullBytes(p.MetaRaw), r.Type, p.CP.Enc, p.CP.Size, p.CP.SHA, data, nullBytes(refs)}
+	var rowid int64
+	fresh := true
+	err := w.queryRow(ctx, lgInsertCheckpointSQL+` ON CONFLICT(thread_id, namespace, checkpoint_id) DO NOTHING RETURNING id`, args...).Scan(&rowid)
+	if errors.Is(err, sql.ErrNoRows) {
+		fresh = false
+		err = w.queryRow(ctx, lgInsertCheckpointSQL+` ON CONFLICT(thread_id, namespace, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
+		created_at = excluded.created_at, channel_versions = excluded.channel_versions, metadata = excluded.metadata,
+		type = excluded.type, encoding = excluded.encoding, size = excluded.size, sha256 = excluded.sha256,
+		data = excluded.data, value_refs = excluded.value_refs RETURNING id`, args...).Scan(&rowid)
+	}
+	if err != nil {
 		return 0, err
 	}
-	if _, err := w.lgExec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, rowid); err != nil {
-		return 0, err
-	}
-	for _, kv := range p.Meta {
-		if _, err := w.lgExec(ctx, `INSERT INTO lg_meta(key, vhash, checkpoint_id, ckpt) VALUES (?,?,?,?)`,
-			kv.Key, kv.Hash, r.CheckpointID, rowid); err != nil {
+	if !fresh {
+		if _, err := w.lgExec(ctx, `DELETE FROM lg_meta WHERE ckpt = ?`, rowid); err != nil {
 			return 0, err
 		}
+	}
+	for meta := p.Meta; len(meta) > 0; {
+		n := min(len(meta), lgMetaRowsPerInsert)
+		q := `INSERT INTO lg_meta(key, vhash, checkpoint_id, ckpt) VALUES (?,?,?,?)` + strings.Repeat(`,(?,?,?,?)`, n-1)
+		margs := make([]any, 0, 4*n)
+		for _, kv := range meta[:n] {
+			margs = append(margs, kv.Key, kv.Hash, r.CheckpointID, rowid)
+		}
+		if _, err := w.lgExec(ctx, q, margs...); err != nil {
+			return 0, err
+		}
+		meta = meta[n:]
 	}
 	s.walPending.Add(int64(p.CP.Size))
 	return rowid, nil
 }
+
+// lgInsertCheckpointSQL inserts an lg_checkpoints row; the caller appends the conflict clause.
+const lgInsertCheckpointSQL = `INSERT INTO lg_checkpoints(thread_id, namespace, checkpoint_id, parent_id, created_at,
+		channel_versions, metadata, type, encoding, size, sha256, data, value_refs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+// lgMetaRowsPerInsert bounds the metadata rows one INSERT writes (and so the statements the writer
+// keeps prepared for them).
+const lgMetaRowsPerInsert = 16
 
 // LGPutWrites queues pending writes of one task. idx >= 0: stored once; idx < 0: replaced.
 // stored is valid after Wait.
