@@ -13,7 +13,8 @@ For each state size (1 KB and 100 KB by default) it measures, interleaved iterat
 States are checkpoint-like JSON (a message list with words and ids) that changes every
 iteration (ckptd deduplicates identical states, which would flatter it). The daemon runs with
 --keep-last 0 so that neither side deletes anything. Prints p50/p95/p99 in milliseconds and the
-ratio ckptd / baseline; the target is a round-trip p95 ratio <= 1.0.
+ratio ckptd / baseline; #18's targets are a round-trip p95 ratio <= 1.5 for 1 KB states and
+<= 1.25 for 100 KB states (other sizes are reported against 1.25).
 
 With --base-binary OLD, a third contender runs the same save + load through a daemon of the
 binary OLD (a baseline build, e.g. main's), interleaved with the others, and a second table gives
@@ -253,8 +254,9 @@ def main() -> int:
             json.dump(out, f)
     print()
     for size_h, ratio in verdicts:
-        print("%s round trip p95: ckptd / in-process sqlite3 = %.2fx -> %s (target <= 1.0x)"
-              % (size_h, ratio, "meets target" if ratio <= 1.0 else "MISSES target"))
+        goal = 1.5 if size_h == "1 KB" else 1.25
+        print("%s round trip p95: ckptd / in-process sqlite3 = %.2fx -> %s (target <= %.2gx)"
+              % (size_h, ratio, "meets target" if ratio <= goal else "MISSES target", goal))
     return 0
 
 
