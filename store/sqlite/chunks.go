@@ -52,7 +52,6 @@ const (
 		CROSS JOIN chunk_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32) CROSS JOIN chunks c ON c.id = a.id`
 
 	qRunUp        = `UPDATE run_refs SET refs = refs + ?1 WHERE id = (SELECT id FROM run_addrs WHERE address = ?2)`
-	qRunsUp       = `UPDATE run_refs SET refs = refs + ?1 WHERE id IN (SELECT value FROM json_each(?2))`
 	qRunIDsByAddr = addrCTE + `SELECT a.address, a.id FROM k CROSS JOIN run_addrs a ON a.address = substr(?1, k.i * 32 + 1, 32)`
 	qRunIns       = `INSERT INTO runs(data) VALUES (?)`
 	qRunAddr      = `INSERT OR REPLACE INTO run_addrs(address, id) VALUES (?, ?)`
@@ -81,27 +80,12 @@ const (
 // chunks not stored yet, inside the writer's transaction. It returns the bytes it added to the
 // database (new runs and new chunks as stored).
 func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) (added int64, err error) {
-	chunks := chunk.Tally{}
-	var fresh []newChunk
-	rcs := cv.RunCounts()
-	stored, err := s.countStoredRuns(ctx, w, rcs)
+	newRuns, err := countUp(ctx, w, qRunIDsByAddr, qRunsAdd, qRunUp, cv.RunCounts())
 	if err != nil {
 		return 0, err
 	}
-	for _, rc := range rcs {
-		if stored != nil {
-			if stored[rc.Addr] {
-				continue
-			}
-		} else {
-			res, err := w.exec(ctx, qRunUp, rc.N, rc.Addr[:])
-			if err != nil {
-				return 0, err
-			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				continue
-			}
-		}
+	chunks := chunk.Tally{}
+	for _, rc := range newRuns {
 		run := cv.Run(rc.Addr)
 		res, err := w.exec(ctx, qRunIns, run.Data)
 		if err != nil {
@@ -117,25 +101,12 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 		chunks.AddRefs(1, run.Refs)
 		added += int64(len(run.Data))
 	}
-	ccs := chunks.Sorted()
-	counted, err := countBatched(ctx, w, qChunkIDsByAddr, qChunksAdd, ccs, 1)
+	newChunks, err := countUp(ctx, w, qChunkIDsByAddr, qChunksAdd, qChunkUp, chunks.Sorted())
 	if err != nil {
 		return 0, err
 	}
-	for _, cc := range ccs {
-		if counted != nil {
-			if _, ok := counted[cc.Addr]; ok {
-				continue
-			}
-		} else {
-			res, err := w.exec(ctx, qChunkUp, cc.N, cc.Addr[:])
-			if err != nil {
-				return 0, err
-			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				continue
-			}
-		}
+	fresh := make([]newChunk, 0, len(newChunks))
+	for _, cc := range newChunks {
 		data, enc, size := cv.Packed(cc.Addr)
 		fresh = append(fresh, newChunk{addr: cc.Addr, refs: cc.N, data: data, enc: enc, size: size})
 		added += int64(len(data))
@@ -147,49 +118,32 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 	return added, nil
 }
 
-// countStoredRuns counts up, in a few statements, the runs of rcs that are stored, and returns
-// which they are; nil (nothing done) for a value of few runs, which the caller counts one by one.
-// A grown 1 MB state lists ~45 runs, nearly all stored: one UPDATE each cost ~0.4 ms a save.
-func (s *Store) countStoredRuns(ctx context.Context, w *wtx, rcs []chunk.Count) (map[chunk.Address]bool, error) {
-	if len(rcs) < 4 {
-		return nil, nil
-	}
-	addrs := make([]chunk.Address, len(rcs))
-	for i, rc := range rcs {
-		addrs[i] = rc.Addr
-	}
-	ids := make(map[chunk.Address]int64, len(rcs))
-	if err := eachAddrRow(ctx, w.query, qRunIDsByAddr, addrs, func(rows *sql.Rows) error {
-		var a []byte
-		var id int64
-		if err := rows.Scan(&a, &id); err != nil {
-			return err
-		}
-		if len(a) == len(chunk.Address{}) {
-			ids[chunk.Address(a)] = id
-		}
-		return nil
-	}); err != nil {
+// countUp counts up each of cs that is stored and returns the others (not stored yet), in
+// order: in a few statements (countBatched, with idsQ and addQ), or one statement each (upQ,
+// ?1 more listings of the address ?2) where countBatched declines.
+func countUp(ctx context.Context, w *wtx, idsQ, addQ, upQ string, cs []chunk.Count) ([]chunk.Count, error) {
+	counted, err := countBatched(ctx, w, idsQ, addQ, cs, 1)
+	if err != nil {
 		return nil, err
 	}
-	byN := map[int64][]int64{} // stored runs by how many listings this value adds
-	stored := make(map[chunk.Address]bool, len(ids))
-	for _, rc := range rcs {
-		if id, ok := ids[rc.Addr]; ok {
-			byN[rc.N] = append(byN[rc.N], id)
-			stored[rc.Addr] = true
+	var missing []chunk.Count
+	for _, c := range cs {
+		if counted != nil {
+			if _, ok := counted[c.Addr]; ok {
+				continue
+			}
+		} else {
+			res, err := w.exec(ctx, upQ, c.N, c.Addr[:])
+			if err != nil {
+				return nil, err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				continue
+			}
 		}
+		missing = append(missing, c)
 	}
-	for n, list := range byN {
-		js, err := json.Marshal(list)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := w.exec(ctx, qRunsUp, n, string(js)); err != nil {
-			return nil, err
-		}
-	}
-	return stored, nil
+	return missing, nil
 }
 
 // idRefs is a stored run's or chunk's row id and its count after countBatched changed it.
@@ -205,7 +159,8 @@ const countBatchedMin = 4
 // row) is absent, as the one-address statements (qChunkUp, qRunDown, qChunkDown) would leave
 // it. nil (nothing done) for fewer than countBatchedMin addresses, or when two addresses lead
 // to one row (damage: each must be counted on its own): the caller then counts one by one.
-// A released 100 KB state's run lists ~16 chunks: one statement each cost ~0.2 ms a save.
+// A grown 1 MB state lists ~20 runs, and a released or new run ~30 chunks: one statement
+// each cost ~0.2 ms a save.
 func countBatched(ctx context.Context, w *wtx, idsQ, addQ string, cs []chunk.Count, sign int64) (map[chunk.Address]idRefs, error) {
 	if len(cs) < countBatchedMin {
 		return nil, nil
