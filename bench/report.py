@@ -307,7 +307,7 @@ def write(report: Dict[str, Any], out: str, readme: Optional[str] = None) -> int
                 ratio = v[0] / v[1]
                 cells.append("%.2f×" % ratio)
                 oks.append(ratio <= goal if goal > 0 else ratio >= -goal)
-            goal_s = "—" if kind == "info" else ("≤ %.2g×" % goal if goal > 0 else "≥ %.2g×" % -goal)
+            goal_s = "—" if kind == "info" else ("≤ %g×" % goal if goal > 0 else "≥ %g×" % -goal)
         if kind == "info":
             verdict = "reported"
         elif all(oks):
