@@ -161,8 +161,8 @@ func TestSharingAfterSmallEdit(t *testing.T) {
 			if mean > 3*AvgSize {
 				t.Errorf("mean new chunk bytes %.0f > 3 × AvgSize", mean)
 			}
-			if runMean := float64(sumRuns) / trials; runMean > 3*28*40 {
-				t.Errorf("mean new run bytes %.0f: more than 3 runs of ~28 refs per edit", runMean)
+			if runMean := float64(sumRuns) / trials; runMean > 3*16*40 {
+				t.Errorf("mean new run bytes %.0f: more than 3 runs of ~16 refs per edit", runMean)
 			}
 		})
 	}

@@ -12,15 +12,14 @@ import (
 // a flat recipe per checkpoint would store ~18 KB to record a 1 KB change (and make ~530
 // reference updates). Instead a recipe is cut into runs of consecutive chunk refs, stored once
 // per content like chunks; a value keeps the addresses of its runs only (its Index). A run ends
-// after a chunk whose address ends in five zero bits (so ~28 refs per run, with the cap), or
-// after MaxRunLen refs: the cut depends on the chunk itself, so an edit changes the run around it
-// and leaves the others identical (as content-defined chunking does one level down). For that
-// 1 MB state a checkpoint then stores an index of ~20 addresses (0.6 KB) plus the one or two runs
-// the change touched (~1 KB each), and a save counts up ~20 runs. (Runs of ~16 refs, the first
-// rule, made ~34 run counts a save, each costlier than the ~0.4 KB more of runs it saves.)
+// after a chunk whose address ends in four zero bits (so ~16 refs per run), or after MaxRunLen
+// refs: the cut depends on the chunk itself, so an edit changes the run around it and leaves the
+// others identical (as content-defined chunking does one level down). For that 1 MB state a
+// checkpoint then stores an index of ~34 addresses (1.1 KB) plus the one or two runs the change
+// touched (~0.6 KB each).
 const (
-	// runMask selects the address bits that end a run when zero: 1 chunk in 32.
-	runMask = 0x1f
+	// runMask selects the address bits that end a run when zero: 1 chunk in 16.
+	runMask = 0x0f
 	// MaxRunLen is the most refs in one run.
 	MaxRunLen = 64
 	// runFormat is the first byte of an encoded run.
