@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptd/ckptd/internal/testgen"
 	"github.com/ckptd/ckptd/store"
 	"github.com/ckptd/ckptd/store/storetest"
 )
@@ -306,4 +307,34 @@ func BenchmarkFootprintTotal(b *testing.B) {
 	b.ReportMetric(float64(kept.Microseconds())/float64(b.N), "kept-µs/op")
 	b.ReportMetric(float64(full.Microseconds())/float64(b.N), "recount-µs/op")
 	b.ReportMetric(float64(full)/float64(max(kept, 1)), "recount/kept")
+}
+
+// BenchmarkSaveGrowing is #17's workload at the store level: one workflow whose ~1 MB JSON
+// state grows by ~1 KB a step (an append to a list and one changed field), every state an edit
+// of the previous one (cut around the change, its new runs and chunks stored, every other run
+// counted once more), FULL durability, nothing pruned. The states are made before the timer
+// starts.
+func BenchmarkSaveGrowing(b *testing.B) {
+	s := benchStore(b, store.DurabilityFull, func(o *Options) { o.DefaultRetention = store.Retention{} })
+	ctx := context.Background()
+	w := testgen.NewWorkload(31, 1<<20)
+	mustSave(b, s, store.SaveRequest{WorkflowID: "wf", State: w.State()})
+	states := make([][]byte, b.N)
+	for i := range states {
+		w.Advance()
+		states[i] = w.State()
+	}
+	lat := make(latencies, 0, b.N)
+	b.SetBytes(int64(len(states[0])))
+	b.ResetTimer()
+	startCPU(b)
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := s.Save(ctx, store.SaveRequest{WorkflowID: "wf", Step: int64(i), State: states[i]}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	lat.report(b)
 }

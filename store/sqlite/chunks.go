@@ -80,7 +80,7 @@ const (
 // chunks not stored yet, inside the writer's transaction. It returns the bytes it added to the
 // database (new runs and new chunks as stored).
 func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) (added int64, err error) {
-	newRuns, err := countUp(ctx, w, qRunIDsByAddr, qRunsAdd, qRunUp, cv.RunCounts())
+	newRuns, err := countUp(ctx, w, knownRun, qRunUp, cv.RunCounts())
 	if err != nil {
 		return 0, err
 	}
@@ -95,13 +95,14 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 		if _, err := w.exec(ctx, qRunAddr, rc.Addr[:], id); err != nil {
 			return 0, err
 		}
+		w.s.known.learn(knownRun, rc.Addr, id)
 		if _, err := w.exec(ctx, qRunRefs, id, rc.N); err != nil {
 			return 0, err
 		}
 		chunks.AddRefs(1, run.Refs)
 		added += int64(len(run.Data))
 	}
-	newChunks, err := countUp(ctx, w, qChunkIDsByAddr, qChunksAdd, qChunkUp, chunks.Sorted())
+	newChunks, err := countUp(ctx, w, knownChunk, qChunkUp, chunks.Sorted())
 	if err != nil {
 		return 0, err
 	}
@@ -119,10 +120,10 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 }
 
 // countUp counts up each of cs that is stored and returns the others (not stored yet), in
-// order: in a few statements (countBatched, with idsQ and addQ), or one statement each (upQ,
-// ?1 more listings of the address ?2) where countBatched declines.
-func countUp(ctx context.Context, w *wtx, idsQ, addQ, upQ string, cs []chunk.Count) ([]chunk.Count, error) {
-	counted, err := countBatched(ctx, w, idsQ, addQ, cs, 1)
+// order: in a few statements (countBatched), or one statement each (upQ, ?1 more listings of
+// the address ?2) where countBatched declines.
+func countUp(ctx context.Context, w *wtx, kind knownKind, upQ string, cs []chunk.Count) ([]chunk.Count, error) {
+	counted, err := countBatched(ctx, w, kind, cs, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -152,27 +153,87 @@ type idRefs struct{ id, refs int64 }
 // countBatchedMin: values listing fewer runs or chunks than this are counted one statement each.
 const countBatchedMin = 4
 
-// countBatched adds sign*N to the count of each address of cs in a few statements: the ids of
-// the addresses (idsQ, one of the by-address queries), then one UPDATE per distinct N
-// (addQ: refs + ?1 for the ids in the JSON list ?2, RETURNING id, refs). It returns the
-// addresses counted with their ids and new counts; an address not stored (or without a count
-// row) is absent, as the one-address statements (qChunkUp, qRunDown, qChunkDown) would leave
-// it. nil (nothing done) for fewer than countBatchedMin addresses, or when two addresses lead
-// to one row (damage: each must be counted on its own): the caller then counts one by one.
-// A grown 1 MB state lists ~38 runs, and a released or new run ~25 chunks: one statement
-// each cost ~0.2 ms a save.
-func countBatched(ctx context.Context, w *wtx, idsQ, addQ string, cs []chunk.Count, sign int64) (map[chunk.Address]idRefs, error) {
+// countBatched adds sign*N to the count of each address of cs (runs or chunks, kind) in a few
+// statements: the ids of the addresses the writer has not met lately (knownIDs; one statement
+// for them all), then one UPDATE per distinct N (refs + ?1 for the ids in the JSON list ?2,
+// RETURNING id, refs). It returns the addresses counted with their ids and new counts; an
+// address not stored (or without a count row) is absent, as the one-address statements
+// (qChunkUp, qRunDown, qChunkDown) would leave it. nil (nothing done) for fewer than
+// countBatchedMin addresses, or when two addresses lead to one row (damage: each must be
+// counted on its own): the caller then counts one by one. A grown 1 MB state lists ~38 runs,
+// and a released or new run ~25 chunks: one statement each cost ~0.2 ms a save.
+func countBatched(ctx context.Context, w *wtx, kind knownKind, cs []chunk.Count, sign int64) (map[chunk.Address]idRefs, error) {
 	if len(cs) < countBatchedMin {
 		return nil, nil
 	}
-	addrs := make([]chunk.Address, len(cs))
-	for i, c := range cs {
-		addrs[i] = c.Addr
-	}
+	known := &w.s.known
 	ids := make(map[chunk.Address]int64, len(cs))
 	owner := make(map[int64]chunk.Address, len(cs))
 	shared := false
-	if err := eachAddrRow(ctx, w.query, idsQ, addrs, func(rows *sql.Rows) error {
+	note := func(a chunk.Address, id int64) {
+		if _, dup := owner[id]; dup {
+			shared = true
+		}
+		ids[a] = id
+		owner[id] = a
+	}
+	var unknown []chunk.Address
+	fromKnown := map[chunk.Address]bool{}
+	for _, c := range cs {
+		if id, ok := known.get(kind, c.Addr); ok {
+			note(c.Addr, id)
+			fromKnown[c.Addr] = true
+		} else {
+			unknown = append(unknown, c.Addr)
+		}
+	}
+	if err := lookupIDs(ctx, w, kind, unknown, note); err != nil {
+		return nil, err
+	}
+	if shared {
+		return nil, nil
+	}
+	out, err := addCounts(ctx, w, kind, cs, ids, owner, sign)
+	if err != nil {
+		return nil, err
+	}
+	// An id knownIDs gave that the database did not count is not that address's (any more):
+	// forget it and count the address by its stored id, one statement each (never happens
+	// while knownIDs is right; it is not worth a batch).
+	for _, c := range cs {
+		if _, counted := out[c.Addr]; counted || !fromKnown[c.Addr] {
+			continue
+		}
+		known.forget(kind, c.Addr)
+		downQ := qRunDown
+		if kind == knownChunk {
+			downQ = qChunkDown
+		}
+		var r idRefs
+		err := w.queryRow(ctx, downQ, -sign*c.N, c.Addr[:]).Scan(&r.id, &r.refs)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return nil, err
+		default:
+			out[c.Addr] = r
+			known.learn(kind, c.Addr, r.id)
+		}
+	}
+	return out, nil
+}
+
+// lookupIDs reads the ids of the stored runs or chunks among addrs (one statement per 4096) and
+// hands each to note; knownIDs learns them.
+func lookupIDs(ctx context.Context, w *wtx, kind knownKind, addrs []chunk.Address, note func(chunk.Address, int64)) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	idsQ := qRunIDsByAddr
+	if kind == knownChunk {
+		idsQ = qChunkIDsByAddr
+	}
+	return eachAddrRow(ctx, w.query, idsQ, addrs, func(rows *sql.Rows) error {
 		var a []byte
 		var id int64
 		if err := rows.Scan(&a, &id); err != nil {
@@ -181,17 +242,18 @@ func countBatched(ctx context.Context, w *wtx, idsQ, addQ string, cs []chunk.Cou
 		if len(a) != len(chunk.Address{}) {
 			return nil
 		}
-		if _, dup := owner[id]; dup {
-			shared = true
-		}
-		ids[chunk.Address(a)] = id
-		owner[id] = chunk.Address(a)
+		note(chunk.Address(a), id)
+		w.s.known.learn(kind, chunk.Address(a), id)
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if shared {
-		return nil, nil
+	})
+}
+
+// addCounts adds sign*N to the count of each of cs whose id is in ids, one UPDATE per distinct
+// N, and returns the counted addresses with their ids and new counts.
+func addCounts(ctx context.Context, w *wtx, kind knownKind, cs []chunk.Count, ids map[chunk.Address]int64, owner map[int64]chunk.Address, sign int64) (map[chunk.Address]idRefs, error) {
+	addQ := qRunsAdd
+	if kind == knownChunk {
+		addQ = qChunksAdd
 	}
 	byN := map[int64][]int64{}
 	for _, c := range cs {
@@ -274,7 +336,7 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 	freed := false
 	var packs map[int64]bool
 	rcs := runs.Sorted()
-	runsLeft, err := countBatched(ctx, w, qRunIDsByAddr, qRunsAdd, rcs, -1)
+	runsLeft, err := countBatched(ctx, w, knownRun, rcs, -1)
 	if err != nil {
 		return err
 	}
@@ -299,6 +361,7 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 		if _, err := w.exec(ctx, qRunDelAddr, rc.Addr[:]); err != nil {
 			return err
 		}
+		s.known.forget(knownRun, rc.Addr)
 		freed = true
 		if data == nil {
 			continue
@@ -311,7 +374,7 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 		chunks.AddRefs(1, refsOf)
 	}
 	ccs := chunks.Sorted()
-	chunksLeft, err := countBatched(ctx, w, qChunkIDsByAddr, qChunksAdd, ccs, -1)
+	chunksLeft, err := countBatched(ctx, w, knownChunk, ccs, -1)
 	if err != nil {
 		return err
 	}
@@ -348,6 +411,7 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 				return err
 			}
 		}
+		s.known.forget(knownChunk, cc.Addr)
 	}
 	if err := s.settlePacks(ctx, w, packs); err != nil {
 		return err

@@ -170,6 +170,7 @@ func chunkKeys(ctx context.Context, w *wtx, c newChunk, id int64) error {
 	if _, err := w.exec(ctx, qChunkAddr, c.addr[:], id); err != nil {
 		return err
 	}
+	w.s.known.learn(knownChunk, c.addr, id)
 	_, err := w.exec(ctx, qChunkRefs, id, c.refs)
 	return err
 }

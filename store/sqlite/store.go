@@ -71,6 +71,7 @@ type Store struct {
 	wmu    sync.Mutex
 	hot    *rconn
 	recent recentSaves // what this store saved lately: loads of it may borrow wconn (hotread.go)
+	known  knownIDs    // ids of runs and chunks the writer met lately (knownids.go); writer goroutine only
 	ws     *writeStmts
 	// wcache holds the writer connection's other prepared statements by SQL text (wtx.wstmt);
 	// writer goroutine only.

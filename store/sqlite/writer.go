@@ -290,7 +290,11 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 		if err != nil && open {
 			_, _ = ws.rollback.ExecContext(ctx)
 		}
+		if err != nil {
+			s.known.rollback()
+		}
 	}()
+	s.known.begin(ctx, s.wconn)
 	// A lone job needs no savepoint: on failure the whole transaction is rolled back instead.
 	single := len(batch) == 1
 	w := &wtx{s: s, conn: s.wconn}
@@ -333,6 +337,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			}
 			j.err = jerr
 			j.post, j.vacuum = nil, false
+			s.known.jobDone(false)
 			if single {
 				open = false
 				_, err := ws.rollback.ExecContext(ctx)
@@ -341,6 +346,9 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 			if _, err := ws.rollbackTo.ExecContext(ctx); err != nil {
 				return err
 			}
+		}
+		if jerr == nil {
+			s.known.jobDone(true)
 		}
 		if !single {
 			if _, err := ws.release.ExecContext(ctx); err != nil {
@@ -361,6 +369,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 		return err
 	}
 	open = false
+	s.known.commit()
 	return nil
 }
 
