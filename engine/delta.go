@@ -29,6 +29,19 @@ type RebuiltState struct {
 	base     []byte
 	baseJSON *jsonvalid.Marks
 	kp, ks   int
+	verify   func() (*delta.HashMarks, error)
+}
+
+// Verify checks that the rebuilt state's SHA-256 is the one the delta names (a *delta.Error
+// naming stateDelta.sha256 if not) and records its hash marks. ApplyStateDelta leaves it to the
+// caller, who may run it concurrently with the save (store.SaveRequest.Check): the state is
+// only what the client claims until it passed.
+func (r *RebuiltState) Verify() error {
+	m, err := r.verify()
+	if err == nil {
+		r.Marks.Hash = m
+	}
+	return err
 }
 
 // ValidJSON reports whether the rebuilt state is UTF-8 JSON (jsonvalid.Valid), parsing only
@@ -45,10 +58,11 @@ func (r *RebuiltState) ValidJSON() bool {
 // bytes of its base, checking in this order (docs/storage.md, "Wire deltas"): that the base
 // checkpoint exists (store.ErrNotFound: missing or pruned; a *store.CorruptError if its state
 // fails verification), keepPrefix and keepSuffix against the base and sha256's form
-// (*delta.Error), the rebuilt size against maxBytes (*store.TooLargeError), and the rebuilt
-// state's SHA-256 (*delta.Error naming stateDelta.sha256). The base usually comes from the
-// store's cache of each workflow's last state (store.StateCache), not from a read, with the
-// marks of its last check: the SHA-256 is then computed from the last mark before the change on.
+// (*delta.Error), and the rebuilt size against maxBytes (*store.TooLargeError); the rebuilt
+// state's SHA-256 (*delta.Error naming stateDelta.sha256) is RebuiltState.Verify's, which the
+// caller runs. The base usually comes from the store's cache of each workflow's last state
+// (store.StateCache), not from a read, with the marks of its last check: the SHA-256 is then
+// computed from the last mark before the change on.
 func (e *Engine) ApplyStateDelta(ctx context.Context, d StateDelta, middle []byte, maxBytes int64) (*RebuiltState, error) {
 	base, err := e.store.StateBase(ctx, d.BaseCheckpointID)
 	if err != nil {
@@ -67,7 +81,7 @@ func (e *Engine) ApplyStateDelta(ctx context.Context, d StateDelta, middle []byt
 	if base.Marks != nil {
 		hm, r.baseJSON = base.Marks.Hash, base.Marks.JSON
 	}
-	if r.State, r.Marks.Hash, err = delta.ApplyMarked(base.Value, hm, kp, ks, middle, d.SHA256); err != nil {
+	if r.State, r.verify, err = delta.Rebuild(base.Value, hm, kp, ks, middle, d.SHA256); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -20,7 +20,8 @@ import (
 func hexSHA(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 // ApplyStateDelta rebuilds a state from its base's bytes and checks the delta in the order
-// docs/storage.md gives: base, keepPrefix, keepSuffix, sha256's form, size, sha256.
+// docs/storage.md gives: base, keepPrefix, keepSuffix, sha256's form, size; then Verify checks
+// the rebuilt state's sha256.
 func TestApplyStateDelta(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ckptd.db")
@@ -40,6 +41,8 @@ func TestApplyStateDelta(t *testing.T) {
 	got, err := e.ApplyStateDelta(ctx, d, middle, 1<<20)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(next, got.State))
+	require.Nil(t, got.Marks.Hash, "hashed by Verify, not before")
+	require.NoError(t, got.Verify())
 
 	// saved with its marks, the rebuilt state is the base of the next delta, marks included:
 	// a chain of deltas rebuilds and validates each state from the previous one's marks
@@ -60,6 +63,7 @@ func TestApplyStateDelta(t *testing.T) {
 		r, err := e.ApplyStateDelta(ctx, StateDelta{BaseCheckpointID: prevID, KeepPrefix: int64(kp), KeepSuffix: int64(ks), SHA256: hexSHA(st3)}, mid, 1<<20)
 		require.NoError(t, err)
 		require.Equal(t, st3, r.State)
+		require.NoError(t, r.Verify())
 		require.True(t, r.ValidJSON())
 		res, err := st.Save(ctx, store.SaveRequest{WorkflowID: "wf", State: r.State, Marks: r.Marks})
 		require.NoError(t, err)
@@ -70,6 +74,7 @@ func TestApplyStateDelta(t *testing.T) {
 	bad := append(append([]byte{}, prev...), '}')
 	r, err := e.ApplyStateDelta(ctx, StateDelta{BaseCheckpointID: prevID, KeepPrefix: int64(kp), KeepSuffix: int64(ks), SHA256: hexSHA(bad)}, mid, 1<<20)
 	require.NoError(t, err)
+	require.NoError(t, r.Verify())
 	require.False(t, r.ValidJSON())
 
 	// the base read from the database when the cache does not hold it (a restart)
@@ -79,6 +84,7 @@ func TestApplyStateDelta(t *testing.T) {
 	got, err = New(st2, nil).ApplyStateDelta(ctx, d, middle, 1<<20)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(next, got.State))
+	require.NoError(t, got.Verify())
 
 	field := func(err error) string {
 		var de *delta.Error
@@ -113,7 +119,10 @@ func TestApplyStateDelta(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dd := d
 			tc.mut(&dd)
-			_, err := e.ApplyStateDelta(ctx, dd, middle, tc.max)
+			r, err := e.ApplyStateDelta(ctx, dd, middle, tc.max)
+			if err == nil {
+				err = r.Verify() // the rebuilt state's sha256
+			}
 			require.Error(t, err)
 			tc.check(t, err)
 		})

@@ -285,14 +285,36 @@ func (s *Server) saveParams(ctx context.Context, c *call, validation **engine.Va
 		}
 		req.State = c.attachment
 		var rebuilt *engine.RebuiltState
+		// verify checks a rebuilt state's SHA-256 (nil: not a delta). Like the JSON check, it runs
+		// concurrently with the save of a large state (req.Check: the store waits for it before
+		// the commit, and stores nothing if it fails), else before the save is queued.
+		var verify func() error
 		if p.StateDelta != nil {
 			var perr *jsonrpc2.Error
 			if rebuilt, perr = s.applyDelta(ctx, d, c.attachment); perr != nil {
 				return req, perr
 			}
 			req.State, req.Marks = rebuilt.State, rebuilt.Marks
-			req.StateSHA256, _ = hex.DecodeString(d.SHA256) // what the rebuilt state was checked against
+			req.StateSHA256, _ = hex.DecodeString(d.SHA256) // what the rebuilt state is checked against
 			c.delta = true
+			verify = func() error {
+				var de *delta.Error
+				if err := rebuilt.Verify(); errors.As(err, &de) {
+					return &store.InvalidError{Field: de.Path(), Reason: de.Reason}
+				} else if err != nil {
+					return err
+				}
+				return nil
+			}
+		}
+		// checkNow runs check before the save is queued, or leaves it to the store (req.Check)
+		// for a large state.
+		checkNow := func(check func() error) *jsonrpc2.Error {
+			if len(req.State) >= concurrentCheckMin {
+				req.Check = check
+				return nil
+			}
+			return storeError(check())
 		}
 		switch p.StateType {
 		case "", "json":
@@ -316,18 +338,26 @@ func (s *Server) saveParams(ctx context.Context, c *call, validation **engine.Va
 				}
 			}
 			check := func() error {
+				if verify != nil { // a delta's SHA-256 first, as its other checks came first
+					if err := verify(); err != nil {
+						return err
+					}
+				}
 				if !valid(state) {
 					return &store.InvalidError{Field: "stateType", Reason: "is json but the attachment is not valid UTF-8 JSON"}
 				}
 				return nil
 			}
-			if len(state) >= concurrentCheckMin {
-				req.Check = check
-			} else if err := check(); err != nil {
-				return req, storeError(err)
+			if perr := checkNow(check); perr != nil {
+				return req, perr
 			}
 		case "bytes":
 			req.StateType = store.StateBytes
+			if verify != nil {
+				if perr := checkNow(verify); perr != nil {
+					return req, perr
+				}
+			}
 		}
 	case stateRaw != nil:
 		req.State, req.StateType = stateRaw, store.StateJSON

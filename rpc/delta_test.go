@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -87,6 +88,8 @@ func TestSaveStateDelta(t *testing.T) {
 			"stateDelta": d(nil)}, make([]byte, 200<<10), -32004, ""},
 		{"sha256 mismatch", map[string]any{"workflowId": "wf", "stateAttachment": true,
 			"stateDelta": d(func(m map[string]any) { m["sha256"] = hexSum(base) })}, middle, -32602, "stateDelta.sha256"},
+		{"sha256 mismatch, bytes", map[string]any{"workflowId": "wf", "stateAttachment": true, "stateType": "bytes",
+			"stateDelta": d(func(m map[string]any) { m["sha256"] = hexSum(base) })}, middle, -32602, "stateDelta.sha256"},
 		{"rebuilt state is not JSON", map[string]any{"workflowId": "wf", "stateAttachment": true,
 			"stateDelta": d(func(m map[string]any) {
 				broken := append(append(append([]byte{}, base[:kp]...), "{{{"...), base[len(base)-ks:]...)
@@ -113,6 +116,39 @@ func TestSaveStateDelta(t *testing.T) {
 	n, err := c.st.List(t.Context(), store.ListFilter{WorkflowID: "wf"})
 	require.NoError(t, err)
 	require.Len(t, n, 2, "no refused delta stored anything")
+}
+
+// A delta of a small state (checked before the save is queued, not concurrently with it) is
+// refused the same way, JSON or bytes.
+func TestSaveStateDeltaSmall(t *testing.T) {
+	c := newSrvConn(t, Options{}, nil)
+	base := []byte(`{"messages":["` + strings.Repeat("a", 2000) + `"],"step":1}`)
+	c.sendAsync(saveFrame(1, map[string]any{"workflowId": "wf", "stateAttachment": true}, base))
+	r := c.next()
+	require.Nil(t, r.Error)
+	var first protocol.SaveResult
+	require.NoError(t, json.Unmarshal(r.Result, &first))
+	next := []byte(`{"messages":["` + strings.Repeat("a", 2000) + `","b"],"step":2}`)
+	kp, ks, middle := delta.Compute(base, next)
+	for i, typ := range []string{"json", "bytes"} {
+		for _, sum := range []string{hexSum(base), hexSum(next)} {
+			c.sendAsync(saveFrame(10+i, map[string]any{"workflowId": "wf", "stateAttachment": true, "stateType": typ,
+				"stateDelta": map[string]any{"baseCheckpointId": first.CheckpointID, "keepPrefix": kp, "keepSuffix": ks, "sha256": sum}}, middle))
+			r := c.next()
+			if sum == hexSum(next) {
+				require.Nil(t, r.Error, "%+v", r.Error)
+				continue
+			}
+			require.NotNil(t, r.Error, "accepted")
+			require.Equal(t, -32602, r.Error.Code, "%s", r.Error.Message)
+			var data struct{ Field string }
+			require.NoError(t, json.Unmarshal(r.Error.Data, &data))
+			require.Equal(t, "stateDelta.sha256", data.Field, r.Error.Message)
+		}
+	}
+	n, err := c.st.List(t.Context(), store.ListFilter{WorkflowID: "wf"})
+	require.NoError(t, err)
+	require.Len(t, n, 3, "the refused deltas stored nothing")
 }
 
 // stats reports the database's footprint, and a workflow's when asked; an unknown one is -32001.

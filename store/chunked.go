@@ -28,6 +28,9 @@ type ChunkedValue struct {
 	chunks map[chunk.Address]*StoredChunk
 	codec  *Codec
 	pack   bool // compress chunks
+	// packing is closed once the chunks NewChunkedValue compresses in the background are done
+	// (nil: none were): Packed and PackMissing wait for it.
+	packing chan struct{}
 }
 
 // StoredChunk is one distinct chunk of a ChunkedValue: its raw bytes and, once Packed, what a
@@ -49,8 +52,10 @@ type ValueBase struct {
 
 // NewChunkedValue cuts v (larger than chunk.InlineMax) into chunks and runs. With compress the
 // chunks are stored zstd-compressed where that pays; base, if not nil, is a value v is likely
-// an edit of. The chunks not in base are compressed now, on the caller's goroutine (in
-// parallel when there are many); the others only if a backend finds them missing (Packed).
+// an edit of. The chunks not in base are compressed from now on, on a goroutine of their own
+// (in parallel when there are many), while the value goes to the writer, whose statements need
+// them only when it stores the chunks its database lacks (Packed waits for them); the others
+// only if a backend finds them missing (Packed).
 func NewChunkedValue(v []byte, base *ValueBase, codec *Codec, compress bool) *ChunkedValue {
 	return newChunkedValue(v, nil, base, codec, compress)
 }
@@ -58,8 +63,21 @@ func NewChunkedValue(v []byte, base *ValueBase, codec *Codec, compress bool) *Ch
 // newChunkedValue is NewChunkedValue with v's SHA-256 already known when sum is not nil.
 func newChunkedValue(v []byte, sum *[32]byte, base *ValueBase, codec *Codec, compress bool) *ChunkedValue {
 	cv, fresh := cutChunkedValue(v, sum, base, codec, compress)
-	cv.packAll(fresh)
+	if cv.pack && len(fresh) > 0 {
+		cv.packing = make(chan struct{})
+		go func() {
+			defer close(cv.packing)
+			cv.packAll(fresh)
+		}()
+	}
 	return cv
+}
+
+// packed waits for the chunks NewChunkedValue compresses in the background.
+func (cv *ChunkedValue) packed() {
+	if cv.packing != nil {
+		<-cv.packing
+	}
 }
 
 // CutChunkedValue is NewChunkedValue without a base and without compressing anything yet: the
@@ -83,6 +101,7 @@ func (cv *ChunkedValue) Chunks() []chunk.Address {
 // the ones a backend does not hold yet, whose compression it would otherwise do while storing
 // the value.
 func (cv *ChunkedValue) PackMissing(stored map[chunk.Address]bool) {
+	cv.packed()
 	var fresh []*StoredChunk
 	for a, c := range cv.chunks {
 		if !stored[a] {
@@ -180,6 +199,7 @@ func (cv *ChunkedValue) Run(a chunk.Address) chunk.Run { return cv.runs[a] }
 // Packed returns what a backend stores for the value's chunk a: its bytes, their encoding and
 // the raw size. It compresses the chunk first if NewChunkedValue did not.
 func (cv *ChunkedValue) Packed(a chunk.Address) (data []byte, enc int, size int) {
+	cv.packed()
 	c := cv.chunks[a]
 	cv.packOne(c)
 	return c.data, c.enc, len(c.Raw)

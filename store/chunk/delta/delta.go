@@ -169,13 +169,30 @@ type HashMarks struct {
 // ApplyMarked is Apply that hashes the rebuilt value from baseMarks' last state inside
 // keepPrefix (baseMarks nil or not base's: from the start) and returns the rebuilt value's marks.
 func ApplyMarked(base []byte, baseMarks *HashMarks, keepPrefix, keepSuffix int, middle []byte, wantSHA256 string) ([]byte, *HashMarks, error) {
+	out, verify, err := Rebuild(base, baseMarks, keepPrefix, keepSuffix, middle, wantSHA256)
+	if err != nil {
+		return nil, nil, err
+	}
+	marks, err := verify()
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, marks, nil
+}
+
+// Rebuild is ApplyMarked in two steps: it checks the delta's form (Check) and rebuilds the
+// value, and returns verify, which hashes it (from baseMarks' last state inside keepPrefix)
+// and returns its marks, or the *Error naming stateDelta.sha256 when its SHA-256 is not
+// wantSHA256. Until verify has passed, the value is only what the sender claims: a caller that
+// hashes concurrently with other work must not keep or answer with it before then.
+func Rebuild(base []byte, baseMarks *HashMarks, keepPrefix, keepSuffix int, middle []byte, wantSHA256 string) (out []byte, verify func() (*HashMarks, error), err error) {
 	want, err := check(len(base), keepPrefix, keepSuffix, wantSHA256)
 	if err != nil {
 		return nil, nil, err
 	}
 	// One allocation that zeroes only what the prefix does not fill (append's growth does not
 	// clear what it copies; clearing a megabyte costs as much as copying it).
-	out := append(base[:keepPrefix:keepPrefix], make([]byte, len(middle)+keepSuffix)...)
+	out = append(base[:keepPrefix:keepPrefix], make([]byte, len(middle)+keepSuffix)...)
 	copy(out[keepPrefix:], middle)
 	copy(out[keepPrefix+len(middle):], base[len(base)-keepSuffix:])
 	out = out[:len(out):len(out)]
@@ -183,12 +200,15 @@ func ApplyMarked(base []byte, baseMarks *HashMarks, keepPrefix, keepSuffix int, 
 	if baseMarks != nil && baseMarks.n == len(base) {
 		from = baseMarks.states[:min(keepPrefix/hashEvery, len(baseMarks.states))]
 	}
-	got, marks := hashFrom(out, from)
-	if got != want {
-		return nil, nil, &Error{Object: "stateDelta", Field: "sha256", Reason: fmt.Sprintf("the rebuilt value (%d bytes) has SHA-256 %x, not %s: "+
-			"the base is not the value the delta was computed from", len(out), got, wantSHA256)}
+	verify = func() (*HashMarks, error) {
+		got, marks := hashFrom(out, from)
+		if got != want {
+			return nil, &Error{Object: "stateDelta", Field: "sha256", Reason: fmt.Sprintf("the rebuilt value (%d bytes) has SHA-256 %x, not %s: "+
+				"the base is not the value the delta was computed from", len(out), got, wantSHA256)}
+		}
+		return marks, nil
 	}
-	return out, marks, nil
+	return out, verify, nil
 }
 
 // MarkHash returns b's SHA-256 and its HashMarks.
