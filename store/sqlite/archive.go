@@ -232,11 +232,13 @@ func (im *importer) write(ctx context.Context, batch []store.Checkpoint, jobs []
 	return s.runBites(ctx, func(ctx context.Context, w *wtx, b *store.Bite) (bool, error) {
 		n, entries, written, maxSeq, created = k, entries[:0], written[:0], im.maxSeq, false
 		fig := w.fig
+		var mark wtxMark
 		if im.opts.DryRun {
 			if _, err := w.exec(ctx, "SAVEPOINT dryrun"); err != nil {
 				return false, err
 			}
 			w.fig = &figures{}
+			mark = w.mark()
 		}
 		var err error
 		created, maxSeq, err = im.begin(ctx, w, maxSeq)
@@ -266,6 +268,7 @@ func (im *importer) write(ctx context.Context, batch []store.Checkpoint, jobs []
 			if _, err := w.exec(ctx, "ROLLBACK TO dryrun"); err != nil {
 				return false, err
 			}
+			w.restore(mark) // nothing the dry run stored or learned is left
 			if _, err := w.exec(ctx, "RELEASE dryrun"); err != nil {
 				return false, err
 			}

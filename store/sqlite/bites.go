@@ -383,11 +383,13 @@ func (s *Store) prune(ctx context.Context, req store.PruneRequest, reason string
 			return false, err
 		}
 		fig := w.fig
+		var mark wtxMark
 		if req.DryRun {
 			if _, err := w.exec(ctx, "SAVEPOINT dryrun"); err != nil {
 				return false, err
 			}
 			w.fig = &figures{} // rolled back with the rows
+			mark = w.mark()
 		}
 		if err := s.pruneBite(ctx, w, b, req, now, &at, ids); err != nil {
 			return false, err
@@ -408,6 +410,7 @@ func (s *Store) prune(ctx context.Context, req store.PruneRequest, reason string
 			if _, err := w.exec(ctx, "ROLLBACK TO dryrun"); err != nil {
 				return false, err
 			}
+			w.restore(mark) // the listings its releases took from ref_log are back there too
 			if _, err := w.exec(ctx, "RELEASE dryrun"); err != nil {
 				return false, err
 			}

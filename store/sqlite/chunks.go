@@ -30,10 +30,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/ckptd/ckptd/store"
 	"github.com/ckptd/ckptd/store/chunk"
@@ -77,10 +75,11 @@ const (
 )
 
 // refChunked records one more listing of cv's runs (with multiplicity), inserting the runs and
-// chunks not stored yet, inside the writer's transaction. It returns the bytes it added to the
-// database (new runs and new chunks as stored).
+// chunks not stored yet, inside the writer's transaction: the listings of those stored already
+// wait in the job's ups (reflog.go). It returns the bytes it added to the database (new runs
+// and new chunks as stored).
 func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) (added int64, err error) {
-	newRuns, err := countUp(ctx, w, knownRun, qRunUp, cv.RunCounts())
+	newRuns, err := w.listUp(ctx, knownRun, cv.RunCounts())
 	if err != nil {
 		return 0, err
 	}
@@ -102,7 +101,7 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 		chunks.AddRefs(1, run.Refs)
 		added += int64(len(run.Data))
 	}
-	newChunks, err := countUp(ctx, w, knownChunk, qChunkUp, chunks.Sorted())
+	newChunks, err := w.listUp(ctx, knownChunk, chunks.Sorted())
 	if err != nil {
 		return 0, err
 	}
@@ -117,110 +116,6 @@ func (s *Store) refChunked(ctx context.Context, w *wtx, cv *store.ChunkedValue) 
 	}
 	s.walPending.Add(added)
 	return added, nil
-}
-
-// countUp counts up each of cs that is stored and returns the others (not stored yet), in
-// order: in a few statements (countBatched), or one statement each (upQ, ?1 more listings of
-// the address ?2) where countBatched declines.
-func countUp(ctx context.Context, w *wtx, kind knownKind, upQ string, cs []chunk.Count) ([]chunk.Count, error) {
-	counted, err := countBatched(ctx, w, kind, cs, 1)
-	if err != nil {
-		return nil, err
-	}
-	var missing []chunk.Count
-	for _, c := range cs {
-		if counted != nil {
-			if _, ok := counted[c.Addr]; ok {
-				continue
-			}
-		} else {
-			res, err := w.exec(ctx, upQ, c.N, c.Addr[:])
-			if err != nil {
-				return nil, err
-			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				continue
-			}
-		}
-		missing = append(missing, c)
-	}
-	return missing, nil
-}
-
-// idRefs is a stored run's or chunk's row id and its count after countBatched changed it.
-type idRefs struct{ id, refs int64 }
-
-// countBatchedMin: values listing fewer runs or chunks than this are counted one statement each.
-const countBatchedMin = 4
-
-// countBatched adds sign*N to the count of each address of cs (runs or chunks, kind) in a few
-// statements: the ids of the addresses the writer has not met lately (knownIDs; one statement
-// for them all), then one UPDATE per distinct N (refs + ?1 for the ids in the JSON list ?2,
-// RETURNING id, refs). It returns the addresses counted with their ids and new counts; an
-// address not stored (or without a count row) is absent, as the one-address statements
-// (qChunkUp, qRunDown, qChunkDown) would leave it. nil (nothing done) for fewer than
-// countBatchedMin addresses, or when two addresses lead to one row (damage: each must be
-// counted on its own): the caller then counts one by one. A grown 1 MB state lists ~38 runs,
-// and a released or new run ~25 chunks: one statement each cost ~0.2 ms a save.
-func countBatched(ctx context.Context, w *wtx, kind knownKind, cs []chunk.Count, sign int64) (map[chunk.Address]idRefs, error) {
-	if len(cs) < countBatchedMin {
-		return nil, nil
-	}
-	known := &w.s.known
-	ids := make(map[chunk.Address]int64, len(cs))
-	owner := make(map[int64]chunk.Address, len(cs))
-	shared := false
-	note := func(a chunk.Address, id int64) {
-		if _, dup := owner[id]; dup {
-			shared = true
-		}
-		ids[a] = id
-		owner[id] = a
-	}
-	var unknown []chunk.Address
-	fromKnown := map[chunk.Address]bool{}
-	for _, c := range cs {
-		if id, ok := known.get(kind, c.Addr); ok {
-			note(c.Addr, id)
-			fromKnown[c.Addr] = true
-		} else {
-			unknown = append(unknown, c.Addr)
-		}
-	}
-	if err := lookupIDs(ctx, w, kind, unknown, note); err != nil {
-		return nil, err
-	}
-	if shared {
-		return nil, nil
-	}
-	out, err := addCounts(ctx, w, kind, cs, ids, owner, sign)
-	if err != nil {
-		return nil, err
-	}
-	// An id knownIDs gave that the database did not count is not that address's (any more):
-	// forget it and count the address by its stored id, one statement each (never happens
-	// while knownIDs is right; it is not worth a batch).
-	for _, c := range cs {
-		if _, counted := out[c.Addr]; counted || !fromKnown[c.Addr] {
-			continue
-		}
-		known.forget(kind, c.Addr)
-		downQ := qRunDown
-		if kind == knownChunk {
-			downQ = qChunkDown
-		}
-		var r idRefs
-		err := w.queryRow(ctx, downQ, -sign*c.N, c.Addr[:]).Scan(&r.id, &r.refs)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return nil, err
-		default:
-			out[c.Addr] = r
-			known.learn(kind, c.Addr, r.id)
-		}
-	}
-	return out, nil
 }
 
 // lookupIDs reads the ids of the stored runs or chunks among addrs (one statement per 4096) and
@@ -248,65 +143,6 @@ func lookupIDs(ctx context.Context, w *wtx, kind knownKind, addrs []chunk.Addres
 	})
 }
 
-// addCounts adds sign*N to the count of each of cs whose id is in ids, one UPDATE per distinct
-// N, and returns the counted addresses with their ids and new counts.
-func addCounts(ctx context.Context, w *wtx, kind knownKind, cs []chunk.Count, ids map[chunk.Address]int64, owner map[int64]chunk.Address, sign int64) (map[chunk.Address]idRefs, error) {
-	addQ := qRunsAdd
-	if kind == knownChunk {
-		addQ = qChunksAdd
-	}
-	byN := map[int64][]int64{}
-	for _, c := range cs {
-		if id, ok := ids[c.Addr]; ok {
-			byN[c.N] = append(byN[c.N], id)
-		}
-	}
-	ns := make([]int64, 0, len(byN))
-	for n := range byN {
-		ns = append(ns, n)
-	}
-	slices.Sort(ns) // a deterministic statement order
-	out := make(map[chunk.Address]idRefs, len(ids))
-	for _, n := range ns {
-		js, err := json.Marshal(byN[n])
-		if err != nil {
-			return nil, err
-		}
-		rows, err := w.query(ctx, addQ, sign*n, string(js))
-		if err != nil {
-			return nil, err
-		}
-		if err := eachRow(ctx, rows, func(rows *sql.Rows) error {
-			var r idRefs
-			if err := rows.Scan(&r.id, &r.refs); err != nil {
-				return err
-			}
-			if a, ok := owner[r.id]; ok {
-				out[a] = r
-			}
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// countedDown returns c's id and count after counting it down: from counted (countBatched's
-// answer) when it is not nil, else with downQ (one address). found is false when c is not
-// stored.
-func countedDown(ctx context.Context, w *wtx, counted map[chunk.Address]idRefs, downQ string, c chunk.Count) (id, refs int64, found bool, err error) {
-	if counted != nil {
-		r, ok := counted[c.Addr]
-		return r.id, r.refs, ok, nil
-	}
-	err = w.queryRow(ctx, downQ, c.N, c.Addr[:]).Scan(&id, &refs)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, false, nil
-	}
-	return id, refs, err == nil, err
-}
-
 // release records that a value whose index is indexData (the addresses of its runs) is no
 // longer stored: its runs are counted down when the job ends (flushReleases). A malformed
 // index releases nothing (verify reports what it leaves behind).
@@ -322,33 +158,46 @@ func (w *wtx) release(indexData []byte) {
 	w.rel.Add(1, addrs...)
 }
 
-// flushReleases applies the job's releases: each run is counted down; a run no value lists any
-// more is deleted and each chunk it lists counted down; a chunk no run lists any more is
-// deleted, and the packs that lost chunks settled (settlePacks). Inside the writer's
-// transaction, before the job's savepoint is released.
+// flushReleases ends a job's chunk bookkeeping, inside the writer's transaction before the job's
+// savepoint is released. Without releases, the job's listings of stored runs and chunks go to
+// ref_log (logUps). With releases, every listing waiting in ref_log and the job's own are taken
+// into the same net changes as the releases (so that no count reaches 0 while a listing of it
+// waits): each run's count changes by its net; a run no value lists any more is deleted and
+// each chunk it lists counted down with the chunks' own net changes; a chunk no run lists any
+// more is deleted, and the packs that lost chunks settled (settlePacks).
 func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 	if len(w.rel) == 0 {
-		return nil
+		return s.logUps(ctx, w)
+	}
+	if err := s.drainRefLog(ctx, w); err != nil {
+		return err
 	}
 	runs := w.rel
 	w.rel = nil
-	chunks := chunk.Tally{}
-	freed := false
-	var packs map[int64]bool
 	rcs := runs.Sorted()
-	runsLeft, err := countBatched(ctx, w, knownRun, rcs, -1)
+	runIDs, runOwner, err := w.ids(ctx, knownRun, rcs)
 	if err != nil {
 		return err
 	}
+	net := w.up(knownRun)
 	for _, rc := range rcs {
-		id, refs, found, err := countedDown(ctx, w, runsLeft, qRunDown, rc)
-		if err != nil {
-			return err
+		if id, ok := runIDs[rc.Addr]; ok {
+			net[id] -= rc.N
+		} // not stored: nothing to count down (verify reports the dangling listing)
+	}
+	runsAfter, err := applyNet(ctx, w, knownRun, net)
+	if err != nil {
+		return err
+	}
+	chunks := chunk.Tally{}
+	freed := false
+	var packs map[int64]bool
+	for _, rc := range rcs {
+		id, ok := runIDs[rc.Addr]
+		if !ok || runOwner[id] != rc.Addr {
+			continue
 		}
-		if !found {
-			continue // not stored: nothing to count down (verify reports the dangling listing)
-		}
-		if refs > 0 {
+		if refs, counted := runsAfter[id]; !counted || refs > 0 {
 			continue
 		}
 		var data []byte
@@ -374,19 +223,27 @@ func (s *Store) flushReleases(ctx context.Context, w *wtx) error {
 		chunks.AddRefs(1, refsOf)
 	}
 	ccs := chunks.Sorted()
-	chunksLeft, err := countBatched(ctx, w, knownChunk, ccs, -1)
+	chunkIDs, chunkOwner, err := w.ids(ctx, knownChunk, ccs)
 	if err != nil {
 		return err
 	}
+	cnet := w.up(knownChunk)
 	for _, cc := range ccs {
-		id, refs, found, err := countedDown(ctx, w, chunksLeft, qChunkDown, cc)
-		if err != nil {
-			return err
+		if id, ok := chunkIDs[cc.Addr]; ok {
+			cnet[id] -= cc.N
 		}
-		if !found {
+	}
+	chunksAfter, err := applyNet(ctx, w, knownChunk, cnet)
+	if err != nil {
+		return err
+	}
+	w.ups = [2]map[int64]int64{}
+	for _, cc := range ccs {
+		id, ok := chunkIDs[cc.Addr]
+		if !ok || chunkOwner[id] != cc.Addr {
 			continue
 		}
-		if refs > 0 {
+		if refs, counted := chunksAfter[id]; !counted || refs > 0 {
 			continue
 		}
 		del := qChunkDel
@@ -585,7 +442,12 @@ func (s *Store) verifyChunkedWrites(ctx context.Context, tx *rtx, audit *store.R
 // auditChunks feeds the stored runs and chunks with their counts to audit and returns its
 // problems, plus the rows that have lost their address or count row.
 func (s *Store) auditChunks(ctx context.Context, tx *rtx, audit *store.RefAudit) ([]string, error) {
-	err := scanRows(ctx, tx, `SELECT a.address, a.id, r.refs, d.data FROM run_addrs a LEFT JOIN run_refs r ON r.id = a.id
+	// a count is the stored one plus the listings waiting in ref_log (reflog.go)
+	pending, err := refLogAudit(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	err = scanRows(ctx, tx, `SELECT a.address, a.id, r.refs, d.data FROM run_addrs a LEFT JOIN run_refs r ON r.id = a.id
 		LEFT JOIN runs d ON d.id = a.id`, func(rows *sql.Rows) error {
 		var addr, data []byte
 		var id int64
@@ -601,7 +463,8 @@ func (s *Store) auditChunks(ctx context.Context, tx *rtx, audit *store.RefAudit)
 		if !refs.Valid {
 			audit.Problem(fmt.Sprintf("run %s has no reference count", a))
 		}
-		audit.Run(a, refs.Int64, data)
+		audit.Run(a, refs.Int64+pending[knownRun][id], data)
+		delete(pending[knownRun], id)
 		return nil
 	})
 	if err != nil {
@@ -627,11 +490,17 @@ func (s *Store) auditChunks(ctx context.Context, tx *rtx, audit *store.RefAudit)
 		if !has {
 			audit.Problem(fmt.Sprintf("chunk %s has no bytes", a))
 		}
-		audit.Chunk(a, refs.Int64)
+		audit.Chunk(a, refs.Int64+pending[knownChunk][id])
+		delete(pending[knownChunk], id)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	for kind, what := range []string{"runs", "chunks"} {
+		if n := len(pending[kind]); n > 0 {
+			audit.Problem(fmt.Sprintf("ref_log lists %d %s that are not stored", n, what))
+		}
 	}
 	if err := s.auditPacks(ctx, tx, audit); err != nil {
 		return nil, err

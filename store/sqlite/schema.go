@@ -571,6 +571,18 @@ UPDATE lg_writes SET encoding = encoding WHERE 0;
 	// into one row of packs, so that a file of ~2 KiB chunk rows, one or two to a 4 KiB leaf,
 	// does not keep a quarter of its chunk pages empty. packsStep finds it by content.
 	packsMigration,
+	// 18: listings logged, counted later (store/sqlite/reflog.go): a job appends the listings of
+	// runs and chunks already stored to ref_log, one row per kind (row ids and how many more
+	// listings each, uvarint pairs), instead of raising ~70 counts a save; every release takes
+	// the whole log into its count changes first, and the writer raises the counts when idle.
+	// An older build would count down and free what the log still lists: hence a schema step.
+	`
+CREATE TABLE ref_log (
+	id   INTEGER PRIMARY KEY,
+	kind INTEGER NOT NULL,  -- 0 runs (run_refs), 1 chunks (chunk_refs)
+	ids  BLOB NOT NULL      -- (row id, more listings) pairs of uvarints, ids ascending
+);
+`,
 }
 
 // packsMigration is the schema step that adds packs (its number is packsStep).
@@ -625,6 +637,9 @@ END;
 
 // SchemaVersion is the user_version this build migrates databases to.
 var SchemaVersion = len(migrations)
+
+// refLogStep is the schema step that adds ref_log (store/sqlite/reflog.go).
+const refLogStep = 18
 
 // checkSchema refuses databases this build must not touch: a newer schema version, another
 // application's database. It only reads.

@@ -72,7 +72,13 @@ type Store struct {
 	hot    *rconn
 	recent recentSaves // what this store saved lately: loads of it may borrow wconn (hotread.go)
 	known  knownIDs    // ids of runs and chunks the writer met lately (knownids.go); writer goroutine only
-	ws     *writeStmts
+	// ref_log (reflog.go): its rows as this process counts them, whether the next job raises
+	// its counts, and refLogLoop's wake-up
+	refLog     bool // the schema has ref_log (refLogStep); else listings are counted at once (tests of older schemas)
+	refLogRows atomic.Int64
+	refLogDue  atomic.Bool
+	refLogKick chan struct{}
+	ws         *writeStmts
 	// wcache holds the writer connection's other prepared statements by SQL text (wtx.wstmt);
 	// writer goroutine only.
 	wcache map[string]*sql.Stmt
@@ -201,7 +207,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{
 		opts: opts, path: abs, log: opts.Logger, now: opts.Now, codec: cd, defRet: opts.DefaultRetention,
 		wake: make(chan struct{}, 1), stopBG: make(chan struct{}), ckptKick: make(chan struct{}, 1),
-		compact: newCompactor(), bites: store.NewBites(opts.Options),
+		compact: newCompactor(), refLogKick: make(chan struct{}, 1), bites: store.NewBites(opts.Options),
 	}
 	switch {
 	case opts.BlobCacheBytes == 0:
@@ -259,9 +265,16 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	if err := s.scanPending(ctx); err != nil {
 		s.log.Warn("ckptd store: looking for states left uncompressed failed", "err", err)
 	}
+	if n, err := s.countRefLog(ctx); err != nil {
+		s.log.Warn("ckptd store: counting the logged listings failed", "err", err)
+	} else if n > 0 {
+		s.refLogRows.Store(n)
+		s.kickRefLog()
+	}
 	if !opts.noBackground {
-		s.bgWG.Add(1)
+		s.bgWG.Add(2)
 		go s.compactLoop()
+		go s.refLogLoop()
 	}
 	if _, err := s.ExpireIdle(ctx); err != nil {
 		s.log.Warn("ckptd store: idle expiry at open failed", "err", err)
@@ -463,6 +476,7 @@ func (s *Store) openConns(ctx context.Context, created bool) error {
 		return fmt.Errorf("open store %s: %w", s.path, err)
 	}
 	s.packs.once.Do(func() { s.packs.has = target >= packsStep })
+	s.refLog = target >= refLogStep
 	if created {
 		// Get the header page into the main file now, so the file never looks empty.
 		_ = s.retry(ctx, func() error {

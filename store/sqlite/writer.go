@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -53,6 +54,31 @@ type wtx struct {
 	job  *job
 	fig  *figures    // the job's changes to the kept figures (figures.go)
 	rel  chunk.Tally // runs of chunked values the job removed, counted down when it ends (chunks.go)
+	// listings of stored runs and chunks the job made (id -> how many more), logged or counted
+	// when it ends (reflog.go)
+	ups [2]map[int64]int64
+}
+
+// wtxMark is a job's chunk bookkeeping at a savepoint of its own (mark), which rolling back to
+// that savepoint must put back (restore): what it released, the listings it made, the ids it
+// learned. A job that rolls back to a savepoint of its own (a dry run) calls both.
+type wtxMark struct {
+	rel   chunk.Tally
+	ups   [2]map[int64]int64
+	known [2]map[chunk.Address]int64
+}
+
+func (w *wtx) mark() wtxMark {
+	m := wtxMark{rel: maps.Clone(w.rel)}
+	for k := range w.ups {
+		m.ups[k] = maps.Clone(w.ups[k])
+		m.known[k] = maps.Clone(w.s.known.job[k])
+	}
+	return m
+}
+
+func (w *wtx) restore(m wtxMark) {
+	w.rel, w.ups, w.s.known.job = m.rel, m.ups, m.known
 }
 
 // exec, query and queryRow run q as a prepared statement of the writer connection (wstmt).
@@ -313,7 +339,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 				return err
 			}
 		}
-		w.job, w.rel = j, nil
+		w.job, w.rel, w.ups = j, nil, [2]map[int64]int64{}
 		w.fig = &figures{}
 		var jerr error
 		if j.save != nil {
@@ -324,7 +350,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job) (err error) {
 		if jerr == nil {
 			jerr = s.flushReleases(ctx, w) // in the job's savepoint: undone with it
 		}
-		w.rel = nil
+		w.rel, w.ups = nil, [2]map[int64]int64{}
 		if jerr == nil {
 			jerr = s.flushWorkflows(ctx, w)
 		}
