@@ -212,7 +212,7 @@ func (s *Store) runBatch(batch []*job) {
 	start := time.Now()
 	delay := time.Millisecond
 	careful := false // see tryBatch
-	s.wmu.Lock() // a read borrowing the connection (hotRead) finishes first
+	s.wmu.Lock()     // a read borrowing the connection (hotRead) finishes first
 	for {
 		in := s.gate.enter() // take turns with the other processes writing to this database
 		err := s.tryBatchSafe(ctx, batch, careful)
