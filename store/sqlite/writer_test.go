@@ -35,15 +35,15 @@ func TestBatchJobFailure(t *testing.T) {
 			clear(runs)
 			release := holdWriter(t, s)
 			errs := make([]chan error, len(fns))
-			for i, fn := range fns {
+			for i, fn := range fns { // queued in this order
 				errs[i] = make(chan error, 1)
 				go func() { errs[i] <- s.do(ctx, fn) }()
+				require.Eventually(t, func() bool {
+					s.mu.Lock()
+					defer s.mu.Unlock()
+					return len(s.queue) == i+1
+				}, 5*time.Second, time.Millisecond)
 			}
-			require.Eventually(t, func() bool {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				return len(s.queue) == len(fns)
-			}, 5*time.Second, time.Millisecond)
 			batches := s.writes.Load()
 			release()
 			out := make([]error, len(fns))
