@@ -215,7 +215,7 @@ func (cv *ChunkedValue) SHA256() []byte { return cv.Index.SHA256[:] }
 // always one zstd frame): the zstd encoding when it saves at least 1/8, else b with EncRaw.
 func (c *Codec) CompressChunk(b []byte) ([]byte, int) {
 	limit := len(b) - len(b)/8
-	out := c.enc.EncodeAll(b, make([]byte, 0, limit))
+	out := c.chunkEnc.EncodeAll(b, make([]byte, 0, limit))
 	if len(out) > limit {
 		return b, EncRaw
 	}

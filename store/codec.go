@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ckptd/ckptd/store/chunk"
 )
 
 // Encodings of stored byte strings: how a backend records which one it stored.
@@ -47,9 +49,14 @@ const minChunk = 32 << 10
 // encoder and decoder are safe for concurrent EncodeAll / DecodeAll calls and keep their own
 // internal pools. Make one per open backend (NewCodec), Close it with the backend.
 type Codec struct {
-	enc    *zstd.Encoder
-	dec    *zstd.Decoder
-	chunks int // max parallel chunks
+	enc *zstd.Encoder
+	// chunkEnc compresses the chunks of chunked values (CompressChunk): at most chunk.MaxSize
+	// bytes each, so a window of that size finds every match enc would, and setting up its
+	// smaller tables for each chunk costs ~35% less (13.6 against 21.5 µs for a 2 KiB chunk of
+	// JSON, the same bytes out).
+	chunkEnc *zstd.Encoder
+	dec      *zstd.Decoder
+	chunks   int // max parallel chunks
 }
 
 func NewCodec(maxBytes int64) (*Codec, error) {
@@ -63,6 +70,15 @@ func NewCodec(maxBytes int64) (*Codec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
 	}
+	chunkEnc, err := zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithEncoderCRC(false),
+		zstd.WithEncoderConcurrency(conc),
+		zstd.WithWindowSize(chunk.MaxSize))
+	if err != nil {
+		enc.Close()
+		return nil, fmt.Errorf("zstd chunk encoder: %w", err)
+	}
 	mem := uint64(maxBytes) + 1<<20
 	dec, err := zstd.NewReader(nil,
 		zstd.WithDecoderConcurrency(conc),
@@ -70,13 +86,15 @@ func NewCodec(maxBytes int64) (*Codec, error) {
 		zstd.WithDecodeAllCapLimit(true))
 	if err != nil {
 		enc.Close()
+		chunkEnc.Close()
 		return nil, fmt.Errorf("zstd decoder: %w", err)
 	}
-	return &Codec{enc: enc, dec: dec, chunks: par}, nil
+	return &Codec{enc: enc, chunkEnc: chunkEnc, dec: dec, chunks: par}, nil
 }
 
 func (c *Codec) Close() {
 	_ = c.enc.Close()
+	_ = c.chunkEnc.Close()
 	c.dec.Close()
 }
 
