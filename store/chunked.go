@@ -239,7 +239,23 @@ type BatchFetch[T any] func(addrs []chunk.Address) (map[chunk.Address]T, error)
 // decompressed. Damage of any kind (a missing or altered run or chunk, a bad index, a value
 // whose size or SHA-256 is not the recorded one) is an error matching chunk.ErrCorrupt whose
 // text says what is damaged; storage failures are passed on.
+//
+// A chunk whose stored bytes are the ones an earlier load of this codec verified (its
+// ChunkCache, if any: same encoding, size and fingerprint) is taken from the cache instead of
+// being decompressed and checked against its address again; the value's SHA-256 is checked
+// all the same.
 func (c *Codec) OpenChunked(indexData []byte, size int64, sha []byte, runs BatchFetch[[]byte], chunks BatchFetch[ChunkRow]) ([]byte, error) {
+	return c.openChunked(indexData, size, sha, runs, chunks, c.cache)
+}
+
+// VerifyChunked is OpenChunked for an integrity check: every chunk is decompressed and checked
+// against its address, and the ChunkCache is neither read nor filled (a check of the whole
+// database would otherwise push every chunk through it).
+func (c *Codec) VerifyChunked(indexData []byte, size int64, sha []byte, runs BatchFetch[[]byte], chunks BatchFetch[ChunkRow]) ([]byte, error) {
+	return c.openChunked(indexData, size, sha, runs, chunks, nil)
+}
+
+func (c *Codec) openChunked(indexData []byte, size int64, sha []byte, runs BatchFetch[[]byte], chunks BatchFetch[ChunkRow], cache *ChunkCache) ([]byte, error) {
 	addrs, err := chunk.DecodeAddresses(indexData)
 	if err != nil {
 		return nil, err
@@ -265,7 +281,7 @@ func (c *Codec) OpenChunked(indexData []byte, size int64, sha []byte, runs Batch
 	if err != nil {
 		return nil, err
 	}
-	if out, ok := c.assemble(recipe, places, rows); ok {
+	if out, ok := c.assemble(recipe, places, rows, cache); ok {
 		return out, nil
 	}
 	// Something does not fit (damage, or a value too large to reserve at once): the step by step
@@ -326,17 +342,23 @@ const decodeSlack = 16
 // false when any fails (or a chunk is missing, of the wrong size, or does not decode): the
 // caller then rebuilds with reassemble, which names the damage.
 //
+// With a cache, a chunk whose row is what cache holds it verified as (ChunkCache.get: same
+// encoding, size and fingerprint of the stored bytes) is copied from there instead of decoded
+// and checked; the others are decoded and checked as above, and added to cache once the whole
+// value checked out.
+//
 // Chunks are decoded in offset order, each with decodeSlack bytes of room past its end (the
 // decoder's fast copies scribble there) inside the value's buffer: those bytes belong to a later
 // chunk, decoded afterwards, or to a repeat, copied once every chunk is decoded, so no scribble
 // outlives the decoding. (Decoding on several goroutines was measured too: on the 2 shared
 // cores of bench/results/2026-11-27-save-load-cost.md it cost more CPU and more latency.)
-func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Address]ChunkRow) (_ []byte, ok bool) {
+func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Address]ChunkRow, cache *ChunkCache) (_ []byte, ok bool) {
 	if r.Size > assembleCap || len(rows) < len(places) {
 		return nil, false
 	}
 	buf := make([]byte, r.Size+decodeSlack)
 	out := buf[:r.Size]
+	var fresh []verifiedChunk // decoded and checked here: for cache
 	// one decodes p into its place (buf has room for the scribbles past the last chunk).
 	one := func(p chunkPlace) bool {
 		row, found := rows[p.addr]
@@ -345,6 +367,14 @@ func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Add
 		}
 		end := p.off + int64(p.size)
 		dst := buf[p.off:end:end]
+		var fp uint64
+		if cache != nil {
+			fp = cache.fingerprint(row.Data)
+			if raw, hit := cache.get(p.addr, row.Enc, row.Size, fp); hit {
+				copy(dst, raw)
+				return true
+			}
+		}
 		switch row.Enc {
 		case EncRaw, EncRawPending:
 			if len(row.Data) != p.size {
@@ -360,7 +390,14 @@ func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Add
 		default:
 			return false
 		}
-		return chunk.AddressOf(dst) == p.addr
+		if chunk.AddressOf(dst) != p.addr {
+			return false
+		}
+		if cache != nil {
+			// dst is final: later chunks and repeats are written past it only
+			fresh = append(fresh, verifiedChunk{addr: p.addr, raw: dst, enc: row.Enc, fp: fp})
+		}
+		return true
 	}
 	for _, p := range places {
 		if !one(p) {
@@ -383,6 +420,7 @@ func (c *Codec) assemble(r chunk.Recipe, places []chunkPlace, rows map[chunk.Add
 	if sha256.Sum256(out) != r.SHA256 {
 		return nil, false
 	}
+	cache.add(fresh) // copies: out is the caller's
 	return out[:r.Size:r.Size], true
 }
 

@@ -90,13 +90,27 @@ func randBytes(rng *rand.Rand, n int) []byte {
 
 // TestOpenChunkedAssemble checks that OpenChunked (decoding into place, in parallel for large
 // values) gives back every value exactly, and for every kind of damage the same error as the
-// chunk by chunk rebuild.
+// chunk by chunk rebuild; with a ChunkCache too, every damage done after a load filled it.
 func TestOpenChunkedAssemble(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) { testOpenChunkedAssemble(t, cached) })
+	}
+}
+
+func testOpenChunkedAssemble(t *testing.T, cached bool) {
 	c, err := NewCodec(1 << 30)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if cached {
+		c.UseChunkCache(NewChunkCache(64 << 20))
+		defer func() {
+			if st := c.ChunkCache().Stats(); st.Hits == 0 || st.Entries == 0 {
+				t.Errorf("the cache was not used: %+v", st)
+			}
+		}()
+	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	block := randBytes(rng, 24<<10)
 	values := []struct {
@@ -124,6 +138,13 @@ func TestOpenChunkedAssemble(t *testing.T) {
 				}
 				if cap(got) != len(got) {
 					t.Errorf("cap %d, len %d: the caller's appends must not reach bytes beyond", cap(got), len(got))
+				}
+				if cached { // again, from the cache: the same bytes, and not the cache's own
+					clear(got)
+					again, err := f.open(c)
+					if err != nil || !bytes.Equal(again, tc.v) {
+						t.Fatalf("second load: %v, equal %v", err, bytes.Equal(again, tc.v))
+					}
 				}
 				if len(tc.v) > 200<<10 {
 					return // its chunks are those of the smaller values: no other damage to show
@@ -200,9 +221,10 @@ func TestOpenChunkedAssemble(t *testing.T) {
 }
 
 // BenchmarkOpenChunked is the CPU of rebuilding a chunked value from rows in memory: decoding,
-// checking each chunk's address and the value's SHA-256 (no database). Beside it: the chunk by
-// chunk rebuild it replaced (reference) and its floors, a bare zstd decode of the same chunks
-// into one buffer (decode) and a bare SHA-256 of the value (sha256).
+// checking each chunk's address and the value's SHA-256 (no database). Beside it: the same with
+// a ChunkCache holding every chunk (cached) and with one that holds none and takes them all
+// (filling), the chunk by chunk rebuild it replaced (reference) and its floors, a bare zstd
+// decode of the same chunks into one buffer (decode) and a bare SHA-256 of the value (sha256).
 func BenchmarkOpenChunked(b *testing.B) {
 	c, err := NewCodec(1 << 30)
 	if err != nil {
@@ -219,6 +241,26 @@ func BenchmarkOpenChunked(b *testing.B) {
 				}
 			}
 		})
+		for _, warm := range []bool{true, false} {
+			name := "cached"
+			if !warm {
+				name = "filling" // every chunk missed, decoded and copied into the cache
+			}
+			b.Run(fmt.Sprintf("%dKB/%s", n>>10, name), func(b *testing.B) {
+				cc := NewChunkCache(64 << 20)
+				c.UseChunkCache(cc)
+				defer c.UseChunkCache(nil)
+				b.SetBytes(int64(n))
+				for i := 0; i < b.N; i++ {
+					if !warm {
+						cc.Clear()
+					}
+					if _, err := f.open(c); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 		var frames [][]byte
 		var sizes []int
 		for _, r := range f.rows {

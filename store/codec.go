@@ -56,8 +56,16 @@ type Codec struct {
 	// JSON, the same bytes out).
 	chunkEnc *zstd.Encoder
 	dec      *zstd.Decoder
-	chunks   int // max parallel chunks
+	chunks   int         // max parallel chunks
+	cache    *ChunkCache // chunks loads verified (OpenChunked); nil: none
 }
+
+// UseChunkCache makes OpenChunked keep the chunks it verifies in cc and take them from there
+// (nil: no cache). Call it before the codec is used.
+func (c *Codec) UseChunkCache(cc *ChunkCache) { c.cache = cc }
+
+// ChunkCache is the cache UseChunkCache gave the codec (nil: none).
+func (c *Codec) ChunkCache() *ChunkCache { return c.cache }
 
 func NewCodec(maxBytes int64) (*Codec, error) {
 	par := runtime.GOMAXPROCS(0)

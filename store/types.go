@@ -66,6 +66,9 @@ type Options struct {
 	// BlobCacheBytes sizes the in-memory cache of LangGraph channel values: 0 means
 	// DefaultBlobCacheBytes, < 0 none.
 	BlobCacheBytes int64
+	// ChunkCacheBytes sizes the in-memory cache of the decoded chunks of chunked values that
+	// loads verified (ChunkCache): 0 means DefaultChunkCacheBytes, < 0 none.
+	ChunkCacheBytes int64
 	// BiteBudget bounds the write transactions of long maintenance (store/bites.go): each does
 	// BiteUnits units of work, then more only while it has held its transaction for less than
 	// this. 0: DefaultBiteBudget.

@@ -262,6 +262,18 @@ type pgQuery func(ctx context.Context, sql string, args ...any) (pgx.Rows, error
 // openChunked rebuilds and verifies a chunked value (its row's data, size and SHA-256): its
 // runs in one query, its chunks in another. Damage matches chunk.ErrCorrupt.
 func (s *Store) openChunked(ctx context.Context, query pgQuery, indexData []byte, size int64, sha []byte) ([]byte, error) {
+	return s.readChunked(ctx, query, indexData, size, sha, s.codec.OpenChunked)
+}
+
+// verifyChunked is openChunked for the integrity checks: every chunk decoded and checked,
+// never taken from (nor added to) the codec's chunk cache (store.Codec.VerifyChunked).
+func (s *Store) verifyChunked(ctx context.Context, query pgQuery, indexData []byte, size int64, sha []byte) ([]byte, error) {
+	return s.readChunked(ctx, query, indexData, size, sha, s.codec.VerifyChunked)
+}
+
+// readChunked fetches what open (Codec.OpenChunked or VerifyChunked) rebuilds the value from.
+func (s *Store) readChunked(ctx context.Context, query pgQuery, indexData []byte, size int64, sha []byte,
+	open func([]byte, int64, []byte, store.BatchFetch[[]byte], store.BatchFetch[store.ChunkRow]) ([]byte, error)) ([]byte, error) {
 	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
 		out := make(map[chunk.Address][]byte, len(addrs))
 		rows, err := query(ctx, `SELECT address, data FROM chunk_runs WHERE address = ANY($1)`, addrSlices(addrs))
@@ -301,7 +313,7 @@ func (s *Store) openChunked(ctx context.Context, query pgQuery, indexData []byte
 		})
 		return out, err
 	}
-	return s.codec.OpenChunked(indexData, size, sha, runs, chunks)
+	return open(indexData, size, sha, runs, chunks)
 }
 
 func addrSlices(addrs []chunk.Address) [][]byte {
@@ -409,7 +421,7 @@ func (s *Store) verifyChunkedWrites(ctx context.Context, tx pgx.Tx, audit *store
 	var out []store.CorruptError
 	seen := map[string]bool{}
 	for _, w := range ws {
-		if _, err := s.openChunked(ctx, tx.Query, w.index, w.size, w.sha); err != nil {
+		if _, err := s.verifyChunked(ctx, tx.Query, w.index, w.size, w.sha); err != nil {
 			reason, ok := store.ChunkedReason(err)
 			if !ok {
 				return nil, err

@@ -30,6 +30,14 @@ func (s *Store) lgOpen(ctx context.Context, query pgQuery, checkpointID, what st
 	})
 }
 
+// lgVerify is lgOpen for VerifyLG: a chunked value is rebuilt with verifyChunked (every chunk
+// decoded and checked, the chunk cache left alone).
+func (s *Store) lgVerify(ctx context.Context, query pgQuery, checkpointID, what string, data []byte, enc int, size int64, sha []byte) ([]byte, error) {
+	return store.OpenValue(checkpointID, what, data, enc, size, sha, func() ([]byte, error) {
+		return s.verifyChunked(ctx, query, data, size, sha)
+	})
+}
+
 // lgValueBases reads every stored variant of (channel, version) of (thread, ns), verified: the
 // candidate bases of a wire delta the value cache does not hold (store.ResolveLGDeltas).
 func (s *Store) lgValueBases(ctx context.Context, thread, ns, channel, version string) ([][]byte, error) {

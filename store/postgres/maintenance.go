@@ -113,7 +113,7 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 			return err
 		}
 		for _, c := range chunked {
-			if _, err := s.openChunked(ctx, tx.Query, c.index, c.size, c.hash); err != nil {
+			if _, err := s.verifyChunked(ctx, tx.Query, c.index, c.size, c.hash); err != nil {
 				reason, ok := store.ChunkedReason(err)
 				if !ok {
 					return err
@@ -281,14 +281,15 @@ func (s *Store) IntegrityCheck(ctx context.Context) ([]string, error) {
 }
 
 // VerifyLG re-checks every stored LangGraph checkpoint, channel value and pending write: the
-// SHA-256 of the stored bytes and their decoding, straight from the database.
+// SHA-256 of the stored bytes and their decoding, straight from the database (never from the
+// in-memory value or chunk caches).
 func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem, error) {
 	var counts store.LGCounts
 	var out []store.LGProblem
 	err := s.readTx(ctx, func(tx pgx.Tx) error {
 		counts, out = store.LGCounts{}, nil
 		check := func(p store.LGProblem, what string, data []byte, enc int, size int64, sha []byte) {
-			if _, err := s.lgOpen(ctx, tx.Query, p.CheckpointID, what, data, enc, size, sha); err != nil {
+			if _, err := s.lgVerify(ctx, tx.Query, p.CheckpointID, what, data, enc, size, sha); err != nil {
 				if ce := asCorrupt(err); ce != nil {
 					p.Reason = ce.Reason
 				} else {

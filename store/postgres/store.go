@@ -204,6 +204,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.blobs = store.NewBlobCache(opts.BlobCacheBytes)
 	}
 	switch {
+	case opts.ChunkCacheBytes == 0:
+		cd.UseChunkCache(store.NewChunkCache(store.DefaultChunkCacheBytes))
+	case opts.ChunkCacheBytes > 0:
+		cd.UseChunkCache(store.NewChunkCache(opts.ChunkCacheBytes))
+	}
+	switch {
 	case opts.StateCacheBytes == 0:
 		s.states = store.NewStateCache(store.DefaultStateCacheBytes)
 	case opts.StateCacheBytes > 0:

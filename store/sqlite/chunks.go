@@ -286,6 +286,18 @@ type queryFunc func(ctx context.Context, q string, args ...any) (*sql.Rows, erro
 // query: its runs in one statement, its chunks in another, then the packs they lie in (each
 // once). Damage is an error matching chunk.ErrCorrupt (store.ChunkedReason).
 func (s *Store) openChunked(ctx context.Context, query queryFunc, indexData []byte, size int64, sha []byte) ([]byte, error) {
+	return s.readChunked(ctx, query, indexData, size, sha, s.codec.OpenChunked)
+}
+
+// verifyChunked is openChunked for the integrity checks: every chunk decoded and checked,
+// never taken from (nor added to) the codec's chunk cache (store.Codec.VerifyChunked).
+func (s *Store) verifyChunked(ctx context.Context, query queryFunc, indexData []byte, size int64, sha []byte) ([]byte, error) {
+	return s.readChunked(ctx, query, indexData, size, sha, s.codec.VerifyChunked)
+}
+
+// readChunked fetches what open (Codec.OpenChunked or VerifyChunked) rebuilds the value from.
+func (s *Store) readChunked(ctx context.Context, query queryFunc, indexData []byte, size int64, sha []byte,
+	open func([]byte, int64, []byte, store.BatchFetch[[]byte], store.BatchFetch[store.ChunkRow]) ([]byte, error)) ([]byte, error) {
 	runs := func(addrs []chunk.Address) (map[chunk.Address][]byte, error) {
 		out := make(map[chunk.Address][]byte, len(addrs))
 		err := eachAddrRow(ctx, query, qRunsByAddr, addrs, func(rows *sql.Rows) error {
@@ -303,7 +315,7 @@ func (s *Store) openChunked(ctx context.Context, query queryFunc, indexData []by
 	chunks := func(addrs []chunk.Address) (map[chunk.Address]store.ChunkRow, error) {
 		return s.fetchChunks(ctx, query, addrs)
 	}
-	return s.codec.OpenChunked(indexData, size, sha, runs, chunks)
+	return open(indexData, size, sha, runs, chunks)
 }
 
 // eachAddrRow runs q (one of the by-address queries) over addrs, in batches of at most
@@ -425,7 +437,7 @@ func (s *Store) verifyChunkedWrites(ctx context.Context, tx *rtx, audit *store.R
 	var out []store.CorruptError
 	seen := map[string]bool{}
 	for _, w := range ws {
-		if _, err := s.openChunked(ctx, tx.cached, w.index, w.size, w.sha); err != nil {
+		if _, err := s.verifyChunked(ctx, tx.cached, w.index, w.size, w.sha); err != nil {
 			reason, ok := store.ChunkedReason(err)
 			if !ok {
 				return nil, err

@@ -27,7 +27,7 @@ func (s *Store) VerifyLG(ctx context.Context) (store.LGCounts, []store.LGProblem
 			return err
 		}
 		check := func(p store.LGProblem, what string, data sql.RawBytes, enc int, size int64, sha []byte) {
-			if _, err := s.lgOpen(ctx, tx.cached, p.CheckpointID, what, data, enc, size, sha); err != nil {
+			if _, err := s.lgVerify(ctx, tx.cached, p.CheckpointID, what, data, enc, size, sha); err != nil {
 				if ce := (*store.CorruptError)(nil); errors.As(err, &ce) {
 					p.Reason = ce.Reason
 				} else {

@@ -11,6 +11,8 @@ import (
 // store has been idle for releaseIdle after some activity, the background loop asks every
 // connection to give its cache back (PRAGMA shrink_memory: the memory goes back to the operating
 // system, modernc's allocator unmapping it); the next reads fill it again from the OS page cache.
+// It also drops the codec's cache of verified chunks (store.ChunkCache), Go heap that the
+// runtime returns to the system in the background once collected.
 
 const releaseIdle = time.Second
 
@@ -39,9 +41,11 @@ type memState struct {
 }
 
 // releaseMemory empties the page caches of the idle read connections, of the checkpointer's,
-// and (between its transactions) of the writer's.
+// and (between its transactions) of the writer's, and drops the verified chunks of loads
+// (store.ChunkCache: up to 16 MiB by default; the next loads decode and check them again).
 func (s *Store) releaseMemory() {
 	s.releases.Add(1)
+	s.codec.ChunkCache().Clear()
 	ctx := context.Background()
 	var idle []*rconn
 	for len(idle) < s.rpool.size {

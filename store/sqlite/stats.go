@@ -127,7 +127,7 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int)) ([]s
 		}
 		if scanErr == nil {
 			for _, c := range chunked {
-				if _, err := s.openChunked(ctx, tx.cached, c.index, c.size, c.hash); err != nil {
+				if _, err := s.verifyChunked(ctx, tx.cached, c.index, c.size, c.hash); err != nil {
 					reason, ok := store.ChunkedReason(err)
 					if !ok {
 						return err

@@ -29,6 +29,7 @@ func init() {
 		testCase{"ChunkSharing", testChunkSharing},
 		testCase{"ChunkGC", testChunkGC},
 		testCase{"ChunkCorruption", testChunkCorruption},
+		testCase{"ChunkCacheCorruption", testChunkCacheCorruption},
 		testCase{"ChunkedWrites", testChunkedWrites},
 		testCase{"ChunkProcesses", testChunkProcesses},
 		testCase{"Footprints", testFootprints},
@@ -388,6 +389,51 @@ func testChunkCorruption(t *testing.T, h *harness) {
 	assert.Empty(t, bad[0].CheckpointID)
 	assert.Contains(t, bad[0].Reason, "reference count 7")
 	loadEach(t, s, map[string][]byte{id: v}, "wrong count")
+}
+
+// testChunkCacheCorruption: a backend's loads take the chunks an earlier load verified from its
+// chunk cache (store.ChunkCache) only while their stored bytes are the ones verified. A value
+// loaded twice (the second load from the cache) is byte for byte the value saved; one of its
+// stored chunks damaged after that, the very next load in the same store reports the checkpoint
+// corrupt and names the chunk, whether the damage kept the chunk's encoding and size (a chunk
+// stored raw, one byte flipped) or not (a compressed chunk replaced); repaired, it loads again.
+func testChunkCacheCorruption(t *testing.T, h *harness) {
+	s := h.db(t)
+	c := corrupter(t, s)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(18, 1))
+	names := []string{"raw", "compressed"}
+	values := map[string][]byte{
+		"raw":        RandBytes(rng, 128<<10),      // incompressible: its chunks stored raw
+		"compressed": CheckpointJSON(rng, 128<<10), // its chunks stored zstd-compressed
+	}
+	ids := map[string]string{}
+	for _, name := range names {
+		ids[name] = mustSave(t, s, store.SaveRequest{WorkflowID: name, State: values[name], StateType: store.StateBytes}).CheckpointID
+	}
+	require.NoError(t, s.Compact(ctx)) // every state as chunks
+	for _, name := range names {
+		for i := 1; i <= 2; i++ {
+			loadEach(t, s, map[string][]byte{ids[name]: values[name]}, fmt.Sprintf("%s, load %d", name, i))
+		}
+	}
+	for _, name := range names {
+		_, cs := chunk.Split(values[name])
+		own := cs[len(cs)/2]
+		damaged := bytes.Clone(own.Data)
+		damaged[len(damaged)/3] ^= 0x20
+		c.SetChunkRaw(t, own.Addr, damaged)
+		_, err := s.Load(ctx, ids[name])
+		var ce *store.CorruptError
+		require.ErrorAs(t, err, &ce, "%s: a load after the damage", name)
+		assert.Equal(t, ids[name], ce.CheckpointID)
+		assert.Contains(t, ce.Reason, own.Addr.String(), "%s: the reason names the chunk", name)
+		c.SetChunkRaw(t, own.Addr, own.Data) // repaired (stored raw)
+		for i := 1; i <= 2; i++ {
+			loadEach(t, s, map[string][]byte{ids[name]: values[name]}, fmt.Sprintf("%s repaired, load %d", name, i))
+		}
+	}
+	verifyClean(t, s, "repaired")
 }
 
 // testChunkedWrites: large pending-write values are chunked: they load back, a replaced value
