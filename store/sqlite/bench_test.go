@@ -67,7 +67,7 @@ func uniqueState(base []byte, i int) []byte {
 	return st
 }
 
-func benchStore(b *testing.B, durability string, mut ...func(*Options)) *Store {
+func benchStore(b testing.TB, durability string, mut ...func(*Options)) *Store {
 	opts := Options{Options: store.Options{Path: filepath.Join(b.TempDir(), "bench.db"), Durability: durability,
 		DefaultRetention: store.Retention{KeepLast: store.DefaultKeepLast}}}
 	for _, m := range mut {

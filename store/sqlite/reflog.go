@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -162,52 +163,52 @@ func (s *Store) drainRefLog(ctx context.Context, w *wtx) error {
 	return nil
 }
 
-// applyNet adds net[id] to the count of each id (one UPDATE per distinct change) and returns
-// the counts after, by id. An id without a count row is left out (verify reports the listing).
+// applyNet adds net[id] to the count of each id, all in one statement, and returns the counts
+// after, by id. An id without a count row is left out (verify reports the listing). A log
+// raised after 128 saves holds a few hundred ids with as many different changes: one UPDATE per
+// distinct change took ~5 ms there.
 func applyNet(ctx context.Context, w *wtx, kind knownKind, net map[int64]int64) (map[int64]int64, error) {
-	byN := map[int64][]int64{}
+	pairs := make([][2]int64, 0, len(net))
 	for id, n := range net {
 		if n != 0 {
-			byN[n] = append(byN[n], id)
+			pairs = append(pairs, [2]int64{id, n})
 		}
 	}
-	after := make(map[int64]int64, len(net))
-	if len(byN) == 0 {
+	after := make(map[int64]int64, len(pairs))
+	if len(pairs) == 0 {
 		return after, nil
 	}
-	addQ := qRunsAdd
+	slices.SortFunc(pairs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) }) // the same statement for the same changes
+	js, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, err
+	}
+	q := qRunsNet
 	if kind == knownChunk {
-		addQ = qChunksAdd
+		q = qChunksNet
 	}
-	ns := make([]int64, 0, len(byN))
-	for n := range byN {
-		ns = append(ns, n)
+	rows, err := w.query(ctx, q, string(js))
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(ns) // a deterministic statement order
-	for _, n := range ns {
-		ids := byN[n]
-		slices.Sort(ids)
-		js, err := json.Marshal(ids)
-		if err != nil {
-			return nil, err
+	err = eachRow(ctx, rows, func(rows *sql.Rows) error {
+		var id, refs int64
+		if err := rows.Scan(&id, &refs); err != nil {
+			return err
 		}
-		rows, err := w.query(ctx, addQ, n, string(js))
-		if err != nil {
-			return nil, err
-		}
-		if err := eachRow(ctx, rows, func(rows *sql.Rows) error {
-			var id, refs int64
-			if err := rows.Scan(&id, &refs); err != nil {
-				return err
-			}
-			after[id] = refs
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-	}
-	return after, nil
+		after[id] = refs
+		return nil
+	})
+	return after, err
 }
+
+// qRunsNet and qChunksNet add n to the count of each id of the JSON array ?1 of [id, n] pairs.
+const (
+	qRunsNet = `UPDATE run_refs SET refs = refs + j.n FROM (SELECT value ->> 0 AS id, value ->> 1 AS n FROM json_each(?1)) AS j
+		WHERE run_refs.id = j.id RETURNING run_refs.id, run_refs.refs`
+	qChunksNet = `UPDATE chunk_refs SET refs = refs + j.n FROM (SELECT value ->> 0 AS id, value ->> 1 AS n FROM json_each(?1)) AS j
+		WHERE chunk_refs.id = j.id RETURNING chunk_refs.id, chunk_refs.refs`
+)
 
 // encodeUps encodes listings as (id, n) pairs of uvarints, ids ascending.
 func encodeUps(m map[int64]int64) []byte {
