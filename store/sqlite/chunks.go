@@ -17,12 +17,14 @@ package sqlite
 // across processes, so "stored? count up : insert" and "count down, delete at 0" never
 // interleave with another process's):
 //   - a value stored (refChunked): each run of its index +1 (with multiplicity); a run not
-//     stored yet is inserted, and each chunk it lists +1 (inserted if not stored);
+//     stored yet is inserted, and each chunk it lists +1 (inserted if not stored). The +1 of a
+//     run or chunk already stored waits in ref_log (reflog.go) until many are raised at once;
 //   - a value removed (wtx.release): its runs are collected and counted down at the end of the
-//     job, in the same transaction (flushReleases): a run reaching 0 is deleted and each chunk
-//     it lists -1; a chunk reaching 0 is deleted. Deferring the decrements to the end of the job
-//     never frees what the job itself lists again, and a crash leaves the state of some commit,
-//     in which the counts match the listings.
+//     job, in the same transaction (flushReleases), after every listing waiting in ref_log was
+//     taken into the same net changes: a run reaching 0 is deleted and each chunk it lists -1;
+//     a chunk reaching 0 is deleted. Deferring the decrements to the end of the job never frees
+//     what the job itself lists again, and a crash leaves the state of some commit, in which
+//     the counts plus ref_log match the listings.
 //
 // The new chunks of one value are stored together in packs (packs.go), whose bytes go when no
 // chunk stored in them is left.

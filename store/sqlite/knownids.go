@@ -8,8 +8,8 @@ import (
 )
 
 // knownIDs remembers the row ids of the runs and chunks the writer met lately (address → id),
-// so that counting a value's runs and chunks up or down (countBatched) looks up by address only
-// the ones it has not met. A state that grows by a step lists ~38 runs, all but one or two of
+// so that listing a value's runs and chunks (wtx.listUp) and counting them down
+// (flushReleases) look up by address only the ones it has not met. A state that grows by a step lists ~38 runs, all but one or two of
 // them listed by the previous step's state too: without this, a save read every one of their
 // ids again (a lookup of a random 32-byte key each, ~10 µs in modernc SQLite: 0.7 ms of a save
 // of #17's workload).
@@ -19,15 +19,16 @@ import (
 // can stop being true is covered:
 //   - this store deletes the row (flushReleases): the entry goes at once (forget), committed or
 //     not;
-//   - a transaction (or one job's savepoint) that inserted the row is rolled back: what a job
-//     learns is staged and kept only once the job succeeded, and what a batch learns only once it
-//     committed;
+//   - a transaction, a job's savepoint, or a savepoint inside a job (a dry run: wtx.mark and
+//     restore) that inserted the row is rolled back: what a job learns is staged and kept only
+//     once the job succeeded, and what a batch learns only once it committed;
 //   - another connection (another process) commits: PRAGMA data_version, read at the start of
 //     each write transaction (the write lock is held from then on), differs from the one read
 //     at the start of the previous one, and everything is dropped.
 //
-// countBatched also checks what the database answers: an id from here that its UPDATE …
-// RETURNING does not return is dropped and its address looked up again.
+// A wrong entry would count another row's listings (its id may be handed out again), so
+// TestKnownIDsOtherConnection and TestKnownIDsBatchJobRolledBack take each of the last two
+// rules out of play and find a run or chunk freed while listed.
 type knownIDs struct {
 	runs, chunks map[chunk.Address]int64 // committed
 	// learned in the open transaction: batch (jobs that succeeded), job (the running job)
