@@ -26,9 +26,9 @@ import (
 //     each write transaction (the write lock is held from then on), differs from the one read
 //     at the start of the previous one, and everything is dropped.
 //
-// A wrong entry would count another row's listings (its id may be handed out again), so
-// TestKnownIDsOtherConnection and TestKnownIDsBatchJobRolledBack take each of the last two
-// rules out of play and find a run or chunk freed while listed.
+// A wrong entry would count another row's listings (its id may be handed out again):
+// TestKnownIDsOtherConnection and TestKnownIDsBatchJobRolledBack find a run or chunk freed while
+// listed when the last rule, or the second, is taken out.
 type knownIDs struct {
 	runs, chunks map[chunk.Address]int64 // committed
 	// learned in the open transaction: batch (jobs that succeeded), job (the running job)
