@@ -149,16 +149,9 @@ func (s *Store) waitCompactTurn() bool {
 		if _, b := s.compact.backlog(); b == 0 || b >= compactBacklogBytes {
 			return true
 		}
-		s.mu.Lock()
-		busy := len(s.queue) > 0
-		s.mu.Unlock()
-		idle := time.Since(time.Unix(0, s.lastCommit.Load()))
-		if !busy && idle >= compactIdle {
+		idle, wait := s.writerIdle(compactIdle)
+		if idle {
 			return true
-		}
-		wait := compactIdle - idle
-		if busy || wait <= 0 {
-			wait = compactIdle
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -168,6 +161,22 @@ func (s *Store) waitCompactTurn() bool {
 		case <-t.C:
 		}
 	}
+}
+
+// writerIdle reports whether the writer has nothing queued and committed nothing for d; if
+// not, wait is how long until it may be.
+func (s *Store) writerIdle(d time.Duration) (idle bool, wait time.Duration) {
+	s.mu.Lock()
+	busy := len(s.queue) > 0
+	s.mu.Unlock()
+	since := time.Since(time.Unix(0, s.lastCommit.Load()))
+	if !busy && since >= d {
+		return true, 0
+	}
+	if wait = d - since; busy || wait <= 0 {
+		wait = d
+	}
+	return false, wait
 }
 
 type compacted struct {

@@ -144,15 +144,7 @@ func (s *Store) drainRefLog(ctx context.Context, w *wtx) error {
 		return err
 	}
 	if err := eachRow(ctx, rows, func(rows *sql.Rows) error {
-		var kind int
-		var data []byte
-		if err := rows.Scan(&kind, &data); err != nil {
-			return err
-		}
-		if kind != int(knownRun) && kind != int(knownChunk) {
-			return fmt.Errorf("ref_log: unknown kind %d", kind)
-		}
-		return decodeUps(data, w.up(knownKind(kind)))
+		return scanRefLogRow(rows, w.up)
 	}); err != nil {
 		return err
 	}
@@ -263,14 +255,11 @@ func (s *Store) refLogLoop() {
 		case <-s.refLogKick:
 		}
 		for {
-			s.mu.Lock()
-			busy := len(s.queue) > 0
-			s.mu.Unlock()
-			idle := time.Since(time.Unix(0, s.lastCommit.Load()))
-			if !busy && idle >= compactIdle {
+			idle, wait := s.writerIdle(compactIdle)
+			if idle {
 				break
 			}
-			t := time.NewTimer(max(compactIdle-idle, time.Millisecond))
+			t := time.NewTimer(wait)
 			select {
 			case <-s.stopBG:
 				t.Stop()
@@ -309,15 +298,20 @@ func refLogAudit(ctx context.Context, tx *rtx) ([2]map[int64]int64, error) {
 		return out, err // a database of an older schema (verify opens them read-only)
 	}
 	err := scanRows(ctx, tx, `SELECT kind, ids FROM ref_log`, func(rows *sql.Rows) error {
-		var kind int
-		var data []byte
-		if err := rows.Scan(&kind, &data); err != nil {
-			return err
-		}
-		if kind != int(knownRun) && kind != int(knownChunk) {
-			return fmt.Errorf("ref_log: unknown kind %d", kind)
-		}
-		return decodeUps(data, out[kind])
+		return scanRefLogRow(rows, func(kind knownKind) map[int64]int64 { return out[kind] })
 	})
 	return out, err
+}
+
+// scanRefLogRow adds the listings of a ref_log row (kind, ids) to into(kind).
+func scanRefLogRow(rows *sql.Rows, into func(knownKind) map[int64]int64) error {
+	var kind int
+	var data []byte
+	if err := rows.Scan(&kind, &data); err != nil {
+		return err
+	}
+	if kind != int(knownRun) && kind != int(knownChunk) {
+		return fmt.Errorf("ref_log: unknown kind %d", kind)
+	}
+	return decodeUps(data, into(knownKind(kind)))
 }
