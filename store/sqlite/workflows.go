@@ -147,10 +147,19 @@ func workflowPageQuery(f store.WorkflowFilter, k *store.WorkflowKey, now int64) 
 	case f.ResumableOnly:
 		return sel + page(`workflows w INDEXED BY workflows_claimable`, desc, resumable), args
 	}
-	// every workflow by update time: the two halves, each at most a page, merged
-	q := `SELECT * FROM (SELECT * FROM (` + sel + page(`workflows w INDEXED BY workflows_claimable`, desc, resumable) + `)
-		UNION ALL SELECT * FROM (` + sel + page(`workflows w INDEXED BY workflows_rest`, desc, rest) + `))
-		ORDER BY 2 DESC, 1 DESC LIMIT ` + limit
+	// every workflow by update time: the two halves merged as they come, each walking its index
+	// downwards, so that the merge reads at most a page (plus one row) of each and needs no
+	// temporary b-tree (a compound SELECT's ORDER BY; each half in a subquery of its own with an
+	// ORDER BY would be sorted again, two temporary b-trees per page)
+	arm := func(from, where string) string {
+		q := sel + ` FROM ` + from + latestJoin + ` WHERE ` + where
+		if after != "" {
+			q += ` AND ` + after
+		}
+		return q
+	}
+	q := arm(`workflows w INDEXED BY workflows_claimable`, resumable) + ` UNION ALL ` +
+		arm(`workflows w INDEXED BY workflows_rest`, rest) + ` ORDER BY 2 DESC, 1 DESC LIMIT ` + limit
 	return q, args
 }
 
@@ -165,7 +174,8 @@ func (s *Store) ListWorkflows(ctx context.Context, f store.WorkflowFilter) (stor
 		return store.WorkflowPage{}, err
 	}
 	var page store.WorkflowPage
-	err = s.readTx(ctx, func(tx *rtx) error {
+	// one statement, its own snapshot: no BEGIN and ROLLBACK around it
+	err = s.readAuto(ctx, func(tx *rtx) error {
 		q, args := workflowPageQuery(f, k, s.now().UnixMicro())
 		var infos []store.WorkflowInfo
 		err := scanCached(ctx, tx, q, func(rows *sql.Rows) error {

@@ -87,3 +87,21 @@ func BenchmarkWorkloadWire(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRebuild: the receiver's copy alone (no hashing), a 1 MiB value with a 1 KB insertion
+// at a third of it, as a grown message list before a long document puts it: what a delta save
+// spends before the cut.
+func BenchmarkRebuild(b *testing.B) {
+	r := testgen.New(3)
+	prev := r.JSON(1 << 20)
+	next := testgen.Edit{Pos: len(prev) / 3, Ins: r.Text(1000)}.Apply(prev)
+	kp, ks, middle := Compute(prev, next)
+	sha := hexSHA(next)
+	b.SetBytes(int64(len(next)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Rebuild(prev, nil, kp, ks, middle, sha); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
