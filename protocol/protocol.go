@@ -447,6 +447,11 @@ type DBStats struct {
 	// BlobCache is this process's in-memory cache of LangGraph channel values (lg/get, lg/list
 	// serve cached values by their stored SHA-256 instead of re-reading them).
 	BlobCache BlobCacheStats `json:"blobCache"`
+	// ChunkCache is this process's cache of verified chunks: a load copies a chunk whose stored
+	// bytes it already decoded and checked instead of decoding and hashing it again (the whole
+	// value's SHA-256 is still checked). Same shape as BlobCache; Bytes counts a per-entry
+	// overhead too.
+	ChunkCache BlobCacheStats `json:"chunkCache"`
 	// WritesStopped is present once the database stopped accepting writes (store.Condition):
 	// every write then answers -32006 with data.reason = WritesStopped.Reason.
 	WritesStopped *WritesStopped `json:"writesStopped,omitempty"`

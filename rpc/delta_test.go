@@ -173,6 +173,30 @@ func TestStatsFootprint(t *testing.T) {
 	require.Greater(t, res.Workflow.Ratio, 2.0) // more once the compactor cut the first (new content) state
 	require.Positive(t, res.DB.Storage.Chunks)
 	require.Nil(t, res.Thread)
+	require.Equal(t, protocol.BlobCacheStats{MaxBytes: store.DefaultChunkCacheBytes}, res.DB.ChunkCache, "no load yet")
+
+	// loads of chunked states: the first decodes and checks each chunk, the next copies those
+	// the previous load checked (the states share most of their chunks)
+	ids, err := c.st.List(t.Context(), store.ListFilter{WorkflowID: "wf"})
+	require.NoError(t, err)
+	require.Len(t, ids, 5)
+	for i, sm := range ids[1:] {
+		c.sendAsync(reqFrame(40+i, "checkpoint/load", map[string]any{"checkpointId": sm.CheckpointID}))
+		r := c.next()
+		require.Nil(t, r.Error, "%+v", r.Error)
+	}
+	c.sendAsync(reqFrame(11, "stats", map[string]any{}))
+	r = c.next()
+	require.Nil(t, r.Error, "%+v", r.Error)
+	res = protocol.StatsResult{}
+	require.NoError(t, json.Unmarshal(r.Result, &res))
+	cc := res.DB.ChunkCache
+	t.Logf("chunkCache %+v", cc)
+	require.Positive(t, cc.Misses, "the first load decoded its chunks")
+	require.Positive(t, cc.Hits, "later loads copied the chunks already checked")
+	require.Positive(t, cc.Entries)
+	require.Positive(t, cc.Bytes)
+	require.LessOrEqual(t, cc.Bytes, cc.MaxBytes)
 	for i, p := range []map[string]any{{"workflowId": "nope"}, {"threadId": "nope"}} {
 		c.sendAsync(reqFrame(20+i, "stats", p))
 		r := c.next()

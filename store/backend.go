@@ -223,6 +223,8 @@ type Maintenance interface {
 	CompactionStats() CompactionStats
 	// BlobCacheStats reports this process's cache of LangGraph channel values.
 	BlobCacheStats() BlobCacheStats
+	// ChunkCacheStats reports this process's cache of verified chunks (ChunkCache).
+	ChunkCacheStats() ChunkCacheStats
 }
 
 // Saga keeps validation checkpoints' rows and the compensation log (store/sagatypes.go): the

@@ -622,6 +622,7 @@ export interface StatsResult {
     compaction: { pendingStates: number; pendingBytes: number; compacted: number; savedBytes: number };
     /** In-memory cache of LangGraph channel values (by the SHA-256 of their stored bytes). */
     blobCache: { entries: number; bytes: number; maxBytes: number; hits: number; misses: number };
+    chunkCache: { entries: number; bytes: number; maxBytes: number; hits: number; misses: number };
     /** Present once the database stopped accepting writes; every write then fails with -32006, `data.reason` = `reason`. */
     writesStopped?: {
       reason: "database damaged" | "database file removed" | "database file replaced" | "disk full";
