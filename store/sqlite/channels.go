@@ -167,7 +167,11 @@ func (s *Store) LGPut(req store.LGPutRequest) (pending *store.LGPending, blobsSt
 			}
 			s.staged.Delete(id)
 		}
-		return s.lgTouch(ctx, w, p)
+		if err := s.lgTouch(ctx, w, p); err != nil {
+			return err
+		}
+		w.after(func() { s.noteLGPut(r.ThreadID, r.Namespace) })
+		return nil
 	}), n
 }
 
@@ -810,9 +814,20 @@ func (r *lgReader) fill(it *lgItem) error {
 }
 
 func (s *Store) lgRead(ctx context.Context, op string, f func(r *lgReader) error) error {
-	err := s.readTx(ctx, func(tx *rtx) error {
-		return f(s.newLGReader(ctx, tx))
-	})
+	return s.lgReadHot(ctx, op, "", f)
+}
+
+// lgReadHot is lgRead on the writer's connection when recent (non-empty) names a thread this
+// store put lately and the writer is idle (readTxHot): its page cache holds what the put wrote,
+// where a pooled connection would read it again from the WAL.
+func (s *Store) lgReadHot(ctx context.Context, op, recent string, f func(r *lgReader) error) error {
+	read := func(tx *rtx) error { return f(s.newLGReader(ctx, tx)) }
+	var err error
+	if recent != "" {
+		err = s.readTxHot(ctx, recent, read)
+	} else {
+		err = s.readTx(ctx, read)
+	}
 	if err != nil {
 		var ce *store.CorruptError
 		var ie *store.InvalidError
@@ -831,7 +846,7 @@ func (s *Store) LGGet(ctx context.Context, thread, ns, checkpointID string) (*st
 		return nil, err
 	}
 	var out *store.LGTuple
-	err := s.lgRead(ctx, "lg get", func(r *lgReader) error {
+	err := s.lgReadHot(ctx, "lg get", recentThread(thread, ns), func(r *lgReader) error {
 		out = nil
 		q, args := `SELECT `+lgCols+` FROM lg_checkpoints c INDEXED BY lg_checkpoints_key
 				WHERE c.thread_id = ? AND c.namespace = ? ORDER BY c.checkpoint_id DESC LIMIT 1`, []any{thread, ns}
@@ -953,6 +968,9 @@ func lgListQuery(cols string, f store.LGListFilter, meta *store.LGMetaQuery, cur
 	return q, args
 }
 
+// lgHotListMax is the largest lg/list limit read on the writer's connection (lgReadHot).
+const lgHotListMax = 20
+
 // lgScanBatch is how many candidate rows a filtered lg/list reads per query when the metadata
 // index alone does not decide (LGMetaQuery.Exact false).
 const lgScanBatch = 256
@@ -978,7 +996,14 @@ func (s *Store) LGList(ctx context.Context, f store.LGListFilter) (store.LGListR
 		page = f.Limit
 	}
 	var res store.LGListResult
-	err = s.lgRead(ctx, "lg list", func(r *lgReader) error {
+	// A short page of one thread and namespace put lately, without a metadata filter (which may
+	// scan the whole thread), is read on the idle writer's connection (a longer read would hold
+	// the writer off for longer than it saves).
+	recent := ""
+	if f.HasThread() && f.Namespace != nil && meta == nil && f.Limit > 0 && f.Limit <= lgHotListMax {
+		recent = recentThread(f.ThreadID, *f.Namespace)
+	}
+	err = s.lgReadHot(ctx, "lg list", recent, func(r *lgReader) error {
 		res = store.LGListResult{}
 		var items []lgItem
 		var more bool

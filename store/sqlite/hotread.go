@@ -13,7 +13,11 @@ import (
 // the pages it wrote. So a load of a checkpoint this store saved recently (by id, or the latest
 // of a workflow and namespace it saved recently) runs on the writer's connection when the writer
 // is idle (nothing queued, no batch running): hotRead. A batch queued meanwhile waits for that
-// read to end (wmu).
+// read to end (wmu). The same holds for LangGraph's reads right after a put (the Pregel loop
+// puts, then reads the thread back with get_tuple and list): lg/get, and lg/list of one thread
+// and namespace with a limit of at most lgHotListMax and no metadata filter, of a thread and
+// namespace this store put lately (noteLGPut) run there too; longer lists stay on the pool, so
+// that no read holds the writer off for long.
 //
 // What such a read returns is verified like any other (SHA-256 of the state). The pages it finds
 // in the connection's memory are not read from the file again: damage done to the file under
@@ -62,6 +66,7 @@ func (r *recentSaves) has(key string) bool {
 
 func recentCheckpoint(id string) string        { return "c\x00" + id }
 func recentWorkflow(wf, ns string) string      { return "w\x00" + wf + "\x00" + ns }
+func recentThread(thread, ns string) string    { return "t\x00" + thread + "\x00" + ns }
 func (s *Store) savedRecently(key string) bool { return s.recent.has(key) }
 
 // noteSaved remembers a committed save (writer goroutine, after the commit).
@@ -69,6 +74,11 @@ func (s *Store) noteSaved(sj *saveJob) {
 	s.recent.add(recentCheckpoint(sj.res.CheckpointID))
 	s.recent.add(recentWorkflow(sj.Req.WorkflowID, sj.Req.Namespace))
 }
+
+// noteLGPut remembers a LangGraph checkpoint put of (thread, ns): lg/get and lg/list of that
+// thread and namespace read it on the writer's connection while it is idle (the Pregel loop's
+// put, then get_tuple and list of the same thread). Called after the put's commit.
+func (s *Store) noteLGPut(thread, ns string) { s.recent.add(recentThread(thread, ns)) }
 
 // readTxHot is readTx for a load of one checkpoint: on the writer's connection when recent
 // names what this store saved lately and the writer is idle (hotRead), else like readTx.
@@ -129,6 +139,7 @@ func (s *Store) hotRead(ctx context.Context) (*rtx, func(), error) {
 		s.wmu.Unlock()
 		return nil, nil, err
 	}
+	s.lent.Add(1)
 	end := func() {
 		if _, err := rc.rollback.ExecContext(bg); err != nil {
 			s.log.Warn("ckptd store: ending a read on the writer's connection failed", "err", err)

@@ -2,8 +2,10 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckptd/ckptd/store"
+	"github.com/ckptd/ckptd/store/storetest"
 )
 
 // TestLoadOnWritersConnection: while the writer is idle a load of what this store saved lately
@@ -102,4 +105,118 @@ func TestLoadOnWritersConnection(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestLGReadsOnWritersConnection: lg/get and a short lg/list of a thread and namespace this
+// store put lately run on the idle writer's connection and answer exactly what a pooled
+// connection answers, including what another process wrote since; other threads, namespaces,
+// long or metadata-filtered lists, and threads put only by another process go to the pool.
+func TestLGReadsOnWritersConnection(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lg.db")
+	s, err := open(ctx, Options{Options: store.Options{Path: path}, noBackground: true})
+	require.NoError(t, err)
+	defer s.Close()
+	big := `"` + strings.Repeat("m", 20<<10) + `"` // a chunked channel value
+	storetest.PutLG(t, s, "T", "", "c1", "", map[string]any{"m": 1}, map[string]string{"m": big}, `{"step":1}`)
+	storetest.PutLG(t, s, "T", "", "c2", "c1", map[string]any{"m": 2, "n": 1}, map[string]string{"m": big[:len(big)-1] + `x"`, "n": `"v"`}, `{"step":2}`)
+	storetest.PutLGWrites(t, s, "T", "", "c2", "task", "p", "m", `"w"`)
+	require.True(t, s.savedRecently(recentThread("T", "")))
+	require.False(t, s.savedRecently(recentThread("T", "other")))
+
+	// the same answers from the pool (a read transaction of its own) and from the writer's connection
+	pooledGet := func(id string) *store.LGTuple {
+		var out *store.LGTuple
+		require.NoError(t, s.readTx(ctx, func(tx *rtx) error {
+			r := s.newLGReader(ctx, tx)
+			rows, err := r.s.query(ctx, tx, `SELECT `+lgCols+` FROM lg_checkpoints c WHERE c.thread_id = ? AND c.namespace = ? AND c.checkpoint_id = ?`, "T", "", id)
+			if err != nil {
+				return err
+			}
+			if !rows.Next() {
+				rows.Close()
+				return rows.Err()
+			}
+			it, err := r.scanTuple(rows)
+			rows.Close()
+			if err != nil {
+				return err
+			}
+			if err := r.fill(&it); err != nil {
+				return err
+			}
+			out = &it.t
+			return nil
+		}))
+		return out
+	}
+	lent := s.lent.Load()
+	latest, err := s.LGGet(ctx, "T", "", "")
+	require.NoError(t, err)
+	require.Equal(t, lent+1, s.lent.Load(), "lg/get of a thread put lately: on the writer's connection")
+	require.Equal(t, pooledGet("c2"), latest)
+	require.Len(t, latest.Blobs, 2)
+	require.Len(t, latest.Writes, 1)
+	root := ""
+	page, err := s.LGList(ctx, store.LGListFilter{ThreadID: "T", Namespace: &root, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, lent+2, s.lent.Load(), "a short lg/list too")
+	require.Len(t, page.Tuples, 2)
+	require.Equal(t, *pooledGet("c2"), page.Tuples[0])
+	require.Equal(t, *pooledGet("c1"), page.Tuples[1])
+
+	// to the pool: another namespace, a long list, a metadata filter, a list across namespaces
+	_, err = s.LGGet(ctx, "T", "other", "")
+	require.NoError(t, err)
+	for _, f := range []store.LGListFilter{
+		{ThreadID: "T", Namespace: &root, Limit: lgHotListMax + 1},
+		{ThreadID: "T", Namespace: &root},
+		{ThreadID: "T", Namespace: &root, Limit: 10, Metadata: map[string]json.RawMessage{"step": json.RawMessage(`2`)}},
+		{ThreadID: "T", Limit: 10},
+	} {
+		res, err := s.LGList(ctx, f)
+		require.NoError(t, err)
+		require.NotEmpty(t, res.Tuples)
+	}
+	require.Equal(t, lent+2, s.lent.Load(), "none of these on the writer's connection")
+
+	// another process puts into the thread and deletes a checkpoint: the writer's connection sees both
+	other, err := open(ctx, Options{Options: store.Options{Path: path}, noBackground: true})
+	require.NoError(t, err)
+	storetest.PutLG(t, other, "T", "", "c3", "c2", map[string]any{"m": 3}, map[string]string{"m": big[:len(big)-1] + `y"`}, "")
+	storetest.PutLG(t, other, "U", "", "u1", "", map[string]any{}, nil, "")
+	require.NoError(t, other.Close())
+	require.False(t, s.savedRecently(recentThread("U", "")), "put by another process")
+	latest, err = s.LGGet(ctx, "T", "", "")
+	require.NoError(t, err)
+	require.Equal(t, lent+3, s.lent.Load())
+	require.Equal(t, "c3", latest.CheckpointID, "another process's put, seen on the writer's connection")
+	require.Equal(t, pooledGet("c3"), latest)
+	page, err = s.LGList(ctx, store.LGListFilter{ThreadID: "T", Namespace: &root, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, page.Tuples, 3)
+	require.Equal(t, lent+4, s.lent.Load())
+	u, err := s.LGGet(ctx, "U", "", "")
+	require.NoError(t, err)
+	require.Equal(t, "u1", u.CheckpointID)
+	require.Equal(t, lent+4, s.lent.Load(), "U is read through the pool")
+
+	// while a batch holds the writer's connection, the read goes to the pool
+	s.wmu.Lock()
+	done := make(chan error, 1)
+	go func() { _, err := s.LGGet(ctx, "T", "", ""); done <- err }()
+	require.NoError(t, <-done)
+	s.wmu.Unlock()
+	require.Equal(t, lent+4, s.lent.Load())
+
+	// another process deletes the thread: the writer's connection finds nothing
+	other, err = open(ctx, Options{Options: store.Options{Path: path}, noBackground: true})
+	require.NoError(t, err)
+	_, err = other.LGDeleteThread(ctx, "T")
+	require.NoError(t, err)
+	require.NoError(t, other.Close())
+	gone, err := s.LGGet(ctx, "T", "", "")
+	require.NoError(t, err)
+	require.Nil(t, gone)
+	require.Equal(t, lent+5, s.lent.Load())
 }

@@ -70,8 +70,9 @@ type Store struct {
 	// view of wconn (its own prepared statements), made on first use.
 	wmu    sync.Mutex
 	hot    *rconn
-	recent recentSaves // what this store saved lately: loads of it may borrow wconn (hotread.go)
-	known  knownIDs    // ids of runs and chunks the writer met lately (knownids.go); writer goroutine only
+	recent recentSaves  // what this store saved lately: loads of it may borrow wconn (hotread.go)
+	lent   atomic.Int64 // reads that ran on wconn (hotRead)
+	known  knownIDs     // ids of runs and chunks the writer met lately (knownids.go); writer goroutine only
 	// ref_log (reflog.go): its rows as this process counts them, whether the next job raises
 	// its counts, and refLogLoop's wake-up
 	refLog     bool // the schema has ref_log (refLogStep); else listings are counted at once (tests of older schemas)
