@@ -58,10 +58,10 @@ func (k *knownIDs) committed(kind knownKind) map[chunk.Address]int64 {
 
 // begin starts a write transaction: it drops everything when another connection committed since
 // the last one began (or when it cannot tell).
-func (k *knownIDs) begin(ctx context.Context, conn *sql.Conn) {
+func (k *knownIDs) begin(ctx context.Context, dataVersion *sql.Stmt) {
 	k.batch, k.job = [2]map[chunk.Address]int64{}, [2]map[chunk.Address]int64{}
 	var v int64
-	if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil || !k.versionKnown || v != k.version {
+	if err := dataVersion.QueryRowContext(ctx).Scan(&v); err != nil || !k.versionKnown || v != k.version {
 		k.runs, k.chunks = nil, nil
 	}
 	k.version, k.versionKnown = v, true

@@ -100,7 +100,7 @@ func (s *Store) prepare(sj *saveJob) error {
 
 // writeStmts are the writer connection's prepared statements for the save path.
 type writeStmts struct {
-	begin, commit, rollback, savepoint, release, rollbackTo                                 *sql.Stmt
+	begin, commit, rollback, savepoint, release, rollbackTo, dataVersion                    *sql.Stmt
 	existing, upsertWf, reopenWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
 	delMeta, delWrites, delCkpt, delState                                                   *sql.Stmt
 }
@@ -117,6 +117,7 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 		{&ws.savepoint, `SAVEPOINT job`},
 		{&ws.release, `RELEASE job`},
 		{&ws.rollbackTo, `ROLLBACK TO job`},
+		{&ws.dataVersion, `PRAGMA data_version`}, // knownIDs.begin, at every batch
 		{&ws.existing, `SELECT workflow_id, content_hash, seq, created_at, size, stored_size, state_hash, dedup
 			FROM checkpoints WHERE checkpoint_id = ?`},
 		// The workflow's row hands out the seq and keeps its figures (figures.go): ?3 the stored

@@ -335,7 +335,7 @@ func (s *Store) tryBatch(ctx context.Context, batch []*job, careful bool) (err e
 			s.known.rollback()
 		}
 	}()
-	s.known.begin(ctx, s.wconn)
+	s.known.begin(ctx, ws.dataVersion)
 	// A lone job needs no savepoint: on failure the whole transaction is rolled back instead.
 	single := len(batch) == 1
 	savepoints := careful && !single
