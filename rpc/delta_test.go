@@ -194,9 +194,9 @@ func TestStatsFootprint(t *testing.T) {
 	t.Logf("chunkCache %+v", cc)
 	require.Positive(t, cc.Misses, "the first load decoded its chunks")
 	require.Positive(t, cc.Hits, "later loads copied the chunks already checked")
-	require.Positive(t, cc.Entries)
-	require.Positive(t, cc.Bytes)
+	// (entries and bytes go back to 0 when the store has been idle for a second)
 	require.LessOrEqual(t, cc.Bytes, cc.MaxBytes)
+	require.Equal(t, cc.Entries == 0, cc.Bytes == 0)
 	for i, p := range []map[string]any{{"workflowId": "nope"}, {"threadId": "nope"}} {
 		c.sendAsync(reqFrame(20+i, "stats", p))
 		r := c.next()
