@@ -846,34 +846,39 @@ func (s *Store) LGGet(ctx context.Context, thread, ns, checkpointID string) (*st
 		return nil, err
 	}
 	var out *store.LGTuple
-	err := s.lgReadHot(ctx, "lg get", recentThread(thread, ns), func(r *lgReader) error {
-		out = nil
-		q, args := `SELECT `+lgCols+` FROM lg_checkpoints c INDEXED BY lg_checkpoints_key
-				WHERE c.thread_id = ? AND c.namespace = ? ORDER BY c.checkpoint_id DESC LIMIT 1`, []any{thread, ns}
-		if checkpointID != "" {
-			q, args = `SELECT `+lgCols+` FROM lg_checkpoints c
-				WHERE c.thread_id = ? AND c.namespace = ? AND c.checkpoint_id = ?`, []any{thread, ns, checkpointID}
-		}
-		rows, err := r.s.query(ctx, r.tx, q, args...)
-		if err != nil {
-			return err
-		}
-		if !rows.Next() {
-			rows.Close()
-			return rows.Err()
-		}
-		it, err := r.scanTuple(rows)
-		rows.Close()
-		if err != nil {
-			return err
-		}
-		if err := r.fill(&it); err != nil {
-			return err
-		}
-		out = &it.t
-		return nil
+	err := s.lgReadHot(ctx, "lg get", recentThread(thread, ns), func(r *lgReader) (err error) {
+		out, err = r.get(thread, ns, checkpointID)
+		return err
 	})
 	return out, err
+}
+
+// get reads checkpointID ("": the latest) of (thread, ns) with its blobs and writes; nil when
+// there is none.
+func (r *lgReader) get(thread, ns, checkpointID string) (*store.LGTuple, error) {
+	q, args := `SELECT `+lgCols+` FROM lg_checkpoints c INDEXED BY lg_checkpoints_key
+			WHERE c.thread_id = ? AND c.namespace = ? ORDER BY c.checkpoint_id DESC LIMIT 1`, []any{thread, ns}
+	if checkpointID != "" {
+		q, args = `SELECT `+lgCols+` FROM lg_checkpoints c
+			WHERE c.thread_id = ? AND c.namespace = ? AND c.checkpoint_id = ?`, []any{thread, ns, checkpointID}
+	}
+	rows, err := r.s.query(r.ctx, r.tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	if !rows.Next() {
+		rows.Close()
+		return nil, rows.Err()
+	}
+	it, err := r.scanTuple(rows)
+	rows.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.fill(&it); err != nil {
+		return nil, err
+	}
+	return &it.t, nil
 }
 
 // lgListQuery builds the SQL of one lg/list page (cols selected). Every shape walks an index in

@@ -127,27 +127,11 @@ func TestLGReadsOnWritersConnection(t *testing.T) {
 	// the same answers from the pool (a read transaction of its own) and from the writer's connection
 	pooledGet := func(id string) *store.LGTuple {
 		var out *store.LGTuple
-		require.NoError(t, s.readTx(ctx, func(tx *rtx) error {
-			r := s.newLGReader(ctx, tx)
-			rows, err := r.s.query(ctx, tx, `SELECT `+lgCols+` FROM lg_checkpoints c WHERE c.thread_id = ? AND c.namespace = ? AND c.checkpoint_id = ?`, "T", "", id)
-			if err != nil {
-				return err
-			}
-			if !rows.Next() {
-				rows.Close()
-				return rows.Err()
-			}
-			it, err := r.scanTuple(rows)
-			rows.Close()
-			if err != nil {
-				return err
-			}
-			if err := r.fill(&it); err != nil {
-				return err
-			}
-			out = &it.t
-			return nil
+		require.NoError(t, s.readTx(ctx, func(tx *rtx) (err error) {
+			out, err = s.newLGReader(ctx, tx).get("T", "", id)
+			return err
 		}))
+		require.NotNil(t, out)
 		return out
 	}
 	lent := s.lent.Load()
