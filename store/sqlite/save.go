@@ -103,6 +103,9 @@ type writeStmts struct {
 	begin, commit, rollback, savepoint, release, rollbackTo, dataVersion                    *sql.Stmt
 	existing, upsertWf, reopenWf, selState, insState, insCkpt, insMeta, retItems, retBeyond *sql.Stmt
 	delMeta, delWrites, delCkpt, delState                                                   *sql.Stmt
+	// all is every statement above, as prepared: close finalizes them all (one left open keeps
+	// the writer's connection open at exit, and with it the WAL and its index on disk)
+	all []*sql.Stmt
 }
 
 func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
@@ -156,17 +159,16 @@ func prepareWriteStmts(ctx context.Context, c *sql.Conn) (*writeStmts, error) {
 			return nil, fmt.Errorf("prepare %q: %w", p.q, err)
 		}
 		*p.dst = st
+		ws.all = append(ws.all, st)
 	}
 	return ws, nil
 }
 
 func (ws *writeStmts) close() {
-	for _, st := range []*sql.Stmt{ws.begin, ws.commit, ws.rollback, ws.savepoint, ws.release, ws.rollbackTo, ws.existing, ws.upsertWf, ws.reopenWf, ws.selState, ws.insState, ws.insCkpt, ws.insMeta,
-		ws.retItems, ws.retBeyond, ws.delMeta, ws.delWrites, ws.delCkpt, ws.delState} {
-		if st != nil {
-			_ = st.Close()
-		}
+	for _, st := range ws.all {
+		_ = st.Close()
 	}
+	ws.all = nil
 }
 
 func nullStr(s string) any {
