@@ -151,7 +151,7 @@ func (s *Server) stats(ctx context.Context, c *call) (reply, *jsonrpc2.Error) {
 			Pragmas:           health.SettingsMap(),
 			Compaction:        protocol.CompactionStats(s.store.CompactionStats()),
 			BlobCache:         protocol.BlobCacheStats(s.store.BlobCacheStats()),
-			ChunkCache:        protocol.BlobCacheStats(s.store.ChunkCacheStats()),
+			ChunkCache:        protocol.BlobCacheStats(s.store.ChunkCacheStats()), // same figures as blobCache,
 			WritesStopped:     stopped,
 		},
 		Workflow: wfFoot,

@@ -136,14 +136,9 @@ func (c *ChunkCache) Clear() {
 	c.size = 0
 }
 
-// ChunkCacheStats describes a ChunkCache.
-type ChunkCacheStats struct {
-	Entries  int
-	Bytes    int64 // raw bytes plus a per-entry overhead
-	MaxBytes int64
-	Hits     uint64
-	Misses   uint64
-}
+// ChunkCacheStats describes a ChunkCache: the same figures as a BlobCache's, Bytes counting the
+// raw bytes plus a per-entry overhead.
+type ChunkCacheStats = BlobCacheStats
 
 // Stats describes the cache (zero when it is off).
 func (c *ChunkCache) Stats() ChunkCacheStats {

@@ -22,12 +22,7 @@ func BenchmarkCompute(b *testing.B) {
 
 // BenchmarkApply: the receiver's cost, dominated by the SHA-256 of the rebuilt 1 MiB value.
 func BenchmarkApply(b *testing.B) {
-	r := testgen.New(2)
-	prev := r.JSON(1 << 20)
-	next := testgen.Edit{Pos: len(prev) / 2, Ins: r.Text(1000)}.Apply(prev)
-	kp, ks, middle := Compute(prev, next)
-	sha := hexSHA(next)
-	b.SetBytes(int64(len(next)))
+	prev, kp, ks, middle, sha := insertionDelta(b, 2, 2)
 	for b.Loop() {
 		if _, err := Apply(prev, kp, ks, middle, sha); err != nil {
 			b.Fatal(err)
@@ -92,16 +87,23 @@ func BenchmarkWorkloadWire(b *testing.B) {
 // at a third of it, as a grown message list before a long document puts it: what a delta save
 // spends before the cut.
 func BenchmarkRebuild(b *testing.B) {
-	r := testgen.New(3)
-	prev := r.JSON(1 << 20)
-	next := testgen.Edit{Pos: len(prev) / 3, Ins: r.Text(1000)}.Apply(prev)
-	kp, ks, middle := Compute(prev, next)
-	sha := hexSHA(next)
-	b.SetBytes(int64(len(next)))
+	prev, kp, ks, middle, sha := insertionDelta(b, 3, 3)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, _, err := Rebuild(prev, nil, kp, ks, middle, sha); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// insertionDelta is the delta of a 1 MiB JSON value (seed) gaining 1,000 bytes at 1/at of it:
+// the base, keepPrefix, keepSuffix, the middle and the new value's SHA-256 (hex). It sets the
+// benchmark's bytes to the new value's size.
+func insertionDelta(b *testing.B, seed uint64, at int) (prev []byte, kp, ks int, middle []byte, sha string) {
+	r := testgen.New(seed)
+	prev = r.JSON(1 << 20)
+	next := testgen.Edit{Pos: len(prev) / at, Ins: r.Text(1000)}.Apply(prev)
+	kp, ks, middle = Compute(prev, next)
+	b.SetBytes(int64(len(next)))
+	return prev, kp, ks, middle, hexSHA(next)
 }
