@@ -26,7 +26,7 @@ go test -race -count=1 -timeout 40m $(go list ./... | grep -v '/store')
 echo "== storage packages, and the conformance suite's count per backend (store/storetest)"
 storelog=$(mktemp)
 if ! go test -race -count=1 -timeout 40m -v ./store/... >"$storelog" 2>&1; then
-  grep -E -- '^(--- FAIL|FAIL|panic)|Error Trace|Error:|Test:|skipped' -A3 "$storelog" | tail -200
+  grep -E -A3 -e '^(--- FAIL|FAIL|panic)|Error Trace|Error:|Test:|skipped' "$storelog" | tail -200
   rm -f "$storelog"
   exit 1
 fi

@@ -57,10 +57,16 @@ func dropEmptyPacks(t testing.TB, path string) {
 	require.NoError(t, err)
 }
 
+// querier is a database or a transaction (one snapshot).
+type querier interface {
+	Query(query string, args ...any) (*sql.Rows, error)
+	QueryRow(query string, args ...any) *sql.Row
+}
+
 // checkPacks checks what packs.go promises of the packs: every chunk in a pack lies inside it,
 // no two overlap, no pack is without a chunk, and every pack's chunks hold at least half its
 // bytes.
-func checkPacks(t testing.TB, db *sql.DB) {
+func checkPacks(t testing.TB, db querier) {
 	t.Helper()
 	type place struct{ off, n int64 }
 	placed := map[int64][]place{}
