@@ -62,6 +62,16 @@ func randBytes(rng *rand.Rand, n int) []byte { return storetest.RandBytes(rng, n
 
 func strp(s string) *string { return &s }
 
+// rawSnapshot is a read transaction on the database at path through a connection of its own,
+// for checks that read several tables: every query sees one snapshot, whatever the store's
+// background jobs commit meanwhile. done ends it.
+func rawSnapshot(t testing.TB, path string) (db querier, done func()) {
+	t.Helper()
+	tx, err := rawDB(t, path).Begin()
+	require.NoError(t, err)
+	return tx, func() { _ = tx.Rollback() }
+}
+
 // corruptState overwrites the stored bytes of a checkpoint's state through a separate connection.
 func corruptState(t *testing.T, s *Store, checkpointID string, data []byte) {
 	t.Helper()

@@ -101,7 +101,8 @@ func (b *testBackend) SetManifestChunkIDs(t testing.TB, checkpointID string, ids
 
 func (b *testBackend) ManifestRows(t testing.TB) (manifests, chunks, entries int) {
 	t.Helper()
-	db := rawDB(t, b.Path())
+	db, done := rawSnapshot(t, b.Path()) // retention may delete checkpoints meanwhile
+	defer done()
 	chunkRefs := map[string]int{}
 	scan := func(q string, each func(rows *sql.Rows)) {
 		rows, err := db.Query(q)
@@ -148,7 +149,8 @@ func (b *testBackend) ManifestRows(t testing.TB) (manifests, chunks, entries int
 
 func (b *testBackend) LGRows(t testing.TB) (checkpoints, values, writes, meta int) {
 	t.Helper()
-	db := rawDB(t, b.Path())
+	db, done := rawSnapshot(t, b.Path())
+	defer done()
 	for _, q := range []struct {
 		dst *int
 		tbl string
@@ -187,12 +189,10 @@ func (b *testBackend) SetChunkRefs(t testing.TB, addr chunk.Address, refs int64)
 // compares them with the stored counts.
 func (b *testBackend) ChunkRows(t testing.TB) (runs, chunks int) {
 	t.Helper()
-	// one snapshot: the idle writer's jobs (ref_log, compaction) may move counts between the
-	// tables while the recount reads them
-	tx, err := rawDB(t, b.Path()).Begin()
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	db := querier(tx)
+	// the idle writer's jobs (ref_log, compaction) may move counts between the tables while
+	// the recount reads them
+	db, done := rawSnapshot(t, b.Path())
+	defer done()
 	runRefs, chunkRefs := chunk.Tally{}, chunk.Tally{}
 	scan := func(q string, each func(rows *sql.Rows)) {
 		rows, err := db.Query(q)
