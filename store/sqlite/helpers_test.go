@@ -62,6 +62,12 @@ func randBytes(rng *rand.Rand, n int) []byte { return storetest.RandBytes(rng, n
 
 func strp(s string) *string { return &s }
 
+// querier is a database or a transaction (one snapshot).
+type querier interface {
+	Query(query string, args ...any) (*sql.Rows, error)
+	QueryRow(query string, args ...any) *sql.Row
+}
+
 // rawSnapshot is a read transaction on the database at path through a connection of its own,
 // for checks that read several tables: every query sees one snapshot, whatever the store's
 // background jobs commit meanwhile. done ends it.

@@ -57,12 +57,6 @@ func dropEmptyPacks(t testing.TB, path string) {
 	require.NoError(t, err)
 }
 
-// querier is a database or a transaction (one snapshot).
-type querier interface {
-	Query(query string, args ...any) (*sql.Rows, error)
-	QueryRow(query string, args ...any) *sql.Row
-}
-
 // checkPacks checks what packs.go promises of the packs: every chunk in a pack lies inside it,
 // no two overlap, no pack is without a chunk, and every pack's chunks hold at least half its
 // bytes.
